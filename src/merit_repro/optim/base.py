@@ -1,0 +1,101 @@
+"""The torch.optim.Optimizer plumbing shared by MERIT and LAMB: validation, state, dispatch."""
+
+import torch
+from torch.optim import Optimizer
+
+from .trust_ratio import StepOptions, multi_tensor_step, single_tensor_step
+
+# Chunks of 2^18 elements (1 MiB in fp32) keep a chunk's moments, weights and buffers in cache.
+DEFAULT_CHUNK_NUMEL = 1 << 18
+
+
+def validate_adam_hparams(lr, betas, eps, weight_decay):
+    if not 0.0 <= lr:
+        raise ValueError(f"Invalid learning rate lr={lr}: must be >= 0")
+    if not 0.0 <= eps:
+        raise ValueError(f"Invalid eps={eps}: must be >= 0")
+    if len(betas) != 2:
+        raise ValueError(f"Invalid betas={betas}: expected two values (beta1, beta2)")
+    for i, beta in enumerate(betas):
+        if not 0.0 <= beta < 1.0:
+            raise ValueError(f"Invalid beta parameter at index {i}: betas[{i}]={beta}, must be in [0, 1)")
+    if not 0.0 <= weight_decay:
+        raise ValueError(f"Invalid weight_decay={weight_decay}: must be >= 0")
+
+
+class TrustRatioOptimizer(Optimizer):
+    """Adam moments, a direction, a trust ratio: the part MERIT and LAMB have in common.
+
+    Subclasses set their switches in ``defaults`` and implement ``make_ratio(param, group)``.
+    State names follow AdamW (``step``, ``exp_avg``, ``exp_avg_sq``). ``foreach=None`` picks the
+    multi-tensor path on CUDA and the cache-chunked per-tensor path on CPU; both give identical
+    results. Set ``track_diagnostics = True`` before a step to get, per parameter, the fraction
+    of elements clipped and of elements where MERIT's tensor-level floor binds, as 0-d tensors
+    in ``self.diagnostics`` (ordinary steps pay nothing for this).
+    """
+
+    def __init__(self, params, defaults):
+        validate_adam_hparams(defaults["lr"], defaults["betas"], defaults["eps"], defaults["weight_decay"])
+        if not defaults.get("chunk_numel", 1) >= 1:
+            raise ValueError(f"Invalid chunk_numel={defaults['chunk_numel']}: must be >= 1")
+        super().__init__(params, defaults)
+        self.track_diagnostics = False
+        self.diagnostics = {}
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        for group in self.param_groups:
+            for key, value in self.defaults.items():
+                group.setdefault(key, value)
+
+    def make_ratio(self, param, group):
+        raise NotImplementedError
+
+    def _gather(self, group):
+        params, grads, exp_avgs, exp_avg_sqs, steps = [], [], [], [], []
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            if p.grad.is_sparse:
+                raise RuntimeError(
+                    f"{type(self).__name__} does not support sparse gradients; "
+                    "use dense gradients (e.g. nn.Embedding(sparse=False))"
+                )
+            state = self.state[p]
+            if len(state) == 0:
+                state["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
+                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            params.append(p)
+            grads.append(p.grad)
+            exp_avgs.append(state["exp_avg"])
+            exp_avg_sqs.append(state["exp_avg_sq"])
+            steps.append(state["step"])
+        return params, grads, exp_avgs, exp_avg_sqs, steps
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self.diagnostics = {} if self.track_diagnostics else self.diagnostics
+        for group in self.param_groups:
+            tensors = self._gather(group)
+            if not tensors[0]:
+                continue
+            beta1, beta2 = group["betas"]
+            opts = StepOptions(
+                lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"],
+                weight_decay=group["weight_decay"],
+                decoupled_weight_decay=group.get("decoupled_weight_decay", False),
+                bias_correction=group.get("bias_correction", False),
+                clip=group.get("clip", False), chunk_numel=group["chunk_numel"],
+            )
+            foreach = group["foreach"]
+            if foreach is None:
+                foreach = tensors[0][0].is_cuda
+            impl = multi_tensor_step if foreach else single_tensor_step
+            impl(*tensors, lambda p: self.make_ratio(p, group), opts,
+                 self.diagnostics if self.track_diagnostics else None)
+        return loss

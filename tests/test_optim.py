@@ -1,0 +1,237 @@
+import copy
+
+import pytest
+import torch
+
+from merit_repro.optim import OPTIMIZERS, MERIT, Lamb, build, param_groups
+from optim_reference import reference_step
+
+STEPS = 50
+HP = dict(lr=3e-2, betas=(0.9, 0.95), eps=1e-6)
+
+# name -> (reference kind, reference switches)
+VARIANTS = {
+    "merit": ("merit", {}),
+    "maxlamb": ("merit", {"elementwise": False, "clip": False}),
+    "merit_noclip": ("merit", {"clip": False}),
+    "merit_nofloor": ("merit", {"weight_floor": False}),
+    "merit_noelementwise": ("merit", {"elementwise": False}),
+    "lamb": ("lamb", {}),
+}
+
+
+def make_problem(dtype=torch.float64, seed=0):
+    """Tensors covering the edge cases; zero_grad masks keep chosen rows/cols/tensors at zero."""
+    gen = torch.Generator().manual_seed(seed)
+    shapes = {"matrix": (9, 7), "vector": (7,), "zero_rows": (6, 5), "zero_cols": (5, 6),
+              "zero_tensor": (4, 3), "zero_weights": (4, 4), "cube": (4, 3, 2), "tall": (40, 3)}
+    params, masks = {}, {}
+    for name, shape in shapes.items():
+        w = torch.randn(shape, generator=gen, dtype=torch.float64) * 0.5
+        mask = torch.ones(shape, dtype=torch.float64)
+        if name == "zero_rows":
+            mask[[1, 4]] = 0
+        elif name == "zero_cols":
+            mask[:, [0, 3]] = 0
+        elif name == "zero_tensor":
+            mask.zero_()
+        if name == "zero_weights":
+            w.zero_()
+        params[name] = torch.nn.Parameter((w * mask if name != "zero_weights" else w).to(dtype))
+        masks[name] = mask
+    grads = [{n: (torch.randn(p.shape, generator=gen, dtype=torch.float64) * masks[n]).to(dtype)
+              for n, p in params.items()} for _ in range(STEPS)]
+    return params, grads
+
+
+def run_ours(name, weight_decay, dtype=torch.float64, steps=STEPS, **extra):
+    params, grads = make_problem(dtype)
+    opt = build(name, list(params.values()), weight_decay=weight_decay, **HP, **extra)
+    for t in range(steps):
+        for n, p in params.items():
+            p.grad = grads[t][n].clone()
+        opt.step()
+    return {n: p.detach().clone() for n, p in params.items()}, opt
+
+
+def run_reference(name, weight_decay, **extra):
+    kind, switches = VARIANTS[name]
+    params, grads = make_problem(torch.float64)
+    out = {}
+    for n, p in params.items():
+        w = p.detach().clone()
+        m, v = torch.zeros_like(w), torch.zeros_like(w)
+        for t in range(STEPS):
+            w, m, v = reference_step(kind, w, grads[t][n], m, v, t + 1, lr=HP["lr"], beta1=HP["betas"][0],
+                                     beta2=HP["betas"][1], eps=HP["eps"], weight_decay=weight_decay,
+                                     **switches, **extra)
+        out[n] = w
+    return out
+
+
+def assert_close_rel(ours, ref, tol):
+    for n in ref:
+        err = (ours[n].double() - ref[n]).norm() / max(ref[n].norm().item(), 1e-12)
+        assert err <= tol, f"{n}: relative error {err:.3e} > {tol}"
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 0.1])
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_matches_float64_reference(name, weight_decay):
+    ours, _ = run_ours(name, weight_decay)
+    assert_close_rel(ours, run_reference(name, weight_decay), 1e-6)
+
+
+@pytest.mark.parametrize("switches", [dict(bias_correction=True), dict(decoupled_weight_decay=True),
+                                      dict(max_weight_norm=None), dict(max_weight_norm=0.5)])
+def test_lamb_switches_match_reference(switches):
+    ref_switches = {"decoupled" if k == "decoupled_weight_decay" else k: v for k, v in switches.items()}
+    ours, _ = run_ours("lamb", 0.1, **switches)
+    assert_close_rel(ours, run_reference("lamb", 0.1, **ref_switches), 1e-6)
+
+
+def test_float32_tracks_float64_reference():
+    ours, _ = run_ours("merit", 0.1, dtype=torch.float32)
+    assert_close_rel(ours, run_reference("merit", 0.1), 1e-4)
+
+
+def test_zero_guards_keep_zero_rows_cols_and_tensors_at_zero():
+    ours, _ = run_ours("merit", 0.1)
+    assert ours["zero_rows"][[1, 4]].abs().max() == 0
+    assert ours["zero_cols"][:, [0, 3]].abs().max() == 0
+    assert ours["zero_tensor"].abs().max() == 0
+    assert ours["zero_weights"].abs().max() > 0  # w = 0, a != 0: ratio 1, so it moves
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+@pytest.mark.parametrize("chunk_numel", [1, 7, 1 << 18])
+def test_foreach_equals_per_tensor(name, chunk_numel):
+    single, _ = run_ours(name, 0.1, dtype=torch.float32, foreach=False, chunk_numel=chunk_numel)
+    multi, _ = run_ours(name, 0.1, dtype=torch.float32, foreach=True, chunk_numel=chunk_numel)
+    for n in single:
+        assert torch.equal(single[n], multi[n]), n
+
+
+def test_merit_results_do_not_depend_on_chunk_size():
+    a, _ = run_ours("merit", 0.1, dtype=torch.float32, chunk_numel=1)
+    b, _ = run_ours("merit", 0.1, dtype=torch.float32, chunk_numel=1 << 20)
+    for n in a:
+        assert torch.equal(a[n], b[n]), n
+
+
+@pytest.mark.parametrize("name", ["merit", "lamb", "maxlamb", "adamw"])
+def test_state_dict_round_trip_continues_bit_identically(name):
+    params, grads = make_problem(torch.float32)
+    opt = build(name, list(params.values()), weight_decay=0.1, **HP)
+    twin_params = {n: torch.nn.Parameter(p.detach().clone()) for n, p in params.items()}
+    for t in range(STEPS):
+        if t == STEPS // 2:
+            for n, p in params.items():
+                twin_params[n].data.copy_(p.detach())
+            twin = build(name, list(twin_params.values()), weight_decay=0.1, **HP)
+            twin.load_state_dict(copy.deepcopy(opt.state_dict()))
+        for n, p in params.items():
+            p.grad = grads[t][n].clone()
+        opt.step()
+        if t >= STEPS // 2:
+            for n, p in twin_params.items():
+                p.grad = grads[t][n].clone()
+            twin.step()
+    for n in params:
+        assert torch.equal(params[n], twin_params[n]), n
+
+
+def test_state_names_are_adamw_compatible():
+    _, opt = run_ours("merit", 0.0, steps=2)
+    state = next(iter(opt.state.values()))
+    assert set(state) == {"step", "exp_avg", "exp_avg_sq"}
+    assert state["step"].item() == 2
+
+
+def test_bfloat16_parameters_step():
+    _, opt = run_ours("merit", 0.1, dtype=torch.bfloat16, steps=3)
+    for p in opt.param_groups[0]["params"]:
+        assert p.dtype == torch.bfloat16 and torch.isfinite(p).all()
+
+
+def test_maxlamb_is_tensor_max_norm_ratio_without_clip():
+    # one step from zero state: a = g/(|g|*sqrt(1-b2)/(1-b1) ...): compare with the formula directly
+    w = torch.randn(6, 5, dtype=torch.float64)
+    g = torch.randn(6, 5, dtype=torch.float64) * 100
+    p = torch.nn.Parameter(w.clone())
+    p.grad = g.clone()
+    build("maxlamb", [p], lr=0.1, betas=(0.9, 0.999), eps=1e-6).step()
+    a = (0.1 * g) / ((0.001 * g * g).sqrt() + 1e-6)
+    expected = w - 0.1 * (w.abs().max() / a.abs().max()) * a
+    assert torch.allclose(p.detach(), expected, rtol=1e-12, atol=0)
+
+
+def test_ablations_change_what_their_names_say():
+    base, _ = run_ours("merit", 0.1, steps=5)
+    for name in ["merit_noclip", "merit_nofloor", "merit_noelementwise"]:
+        other, _ = run_ours(name, 0.1, steps=5)
+        assert not torch.equal(base["matrix"], other["matrix"]), name
+        assert torch.equal(base["vector"], other["vector"]) or name == "merit_noclip", name
+
+
+def test_diagnostics_fractions():
+    params, grads = make_problem(torch.float64)
+    opt = MERIT(list(params.values()), **HP)
+    for n, p in params.items():
+        p.grad = grads[0][n]
+    opt.track_diagnostics = True
+    opt.step()
+    diag = opt.diagnostics[params["matrix"]]
+    assert 0 <= diag["clip_fraction"].item() <= 1 and 0 <= diag["floor_fraction"].item() <= 1
+    # recompute the floor fraction by brute force from the pre-step state
+    params2, _ = make_problem(torch.float64)
+    w = params2["matrix"].detach()
+    a = (0.1 * grads[0]["matrix"]) / ((0.05 * grads[0]["matrix"] ** 2).sqrt() + 1e-6)
+    r = w.abs().amax(1, keepdim=True) / a.abs().amax(1, keepdim=True)
+    c = w.abs().amax(0, keepdim=True) / a.abs().amax(0, keepdim=True)
+    b = w.abs().max() / a.abs().max()
+    assert diag["floor_fraction"].item() == pytest.approx((torch.maximum(r, c) < b).double().mean().item())
+    s = torch.maximum(torch.maximum(r, c), b)
+    assert diag["clip_fraction"].item() == pytest.approx(((s * a).abs() > 1).double().mean().item())
+    opt.track_diagnostics = False
+    opt.step()
+    assert opt.diagnostics[params["matrix"]] is diag  # ordinary steps leave the last reading alone
+
+
+@pytest.mark.parametrize("kwargs,word", [(dict(lr=-1), "lr"), (dict(eps=-1), "eps"),
+                                         (dict(betas=(1.0, 0.9)), "betas[0]"),
+                                         (dict(betas=(0.9, -0.1)), "betas[1]"),
+                                         (dict(weight_decay=-0.1), "weight_decay"),
+                                         (dict(chunk_numel=0), "chunk_numel")])
+@pytest.mark.parametrize("cls", [MERIT, Lamb])
+def test_bad_hyperparameters_name_the_parameter(cls, kwargs, word):
+    with pytest.raises(ValueError, match=word.replace("[", r"\[").replace("]", r"\]")):
+        cls([torch.nn.Parameter(torch.zeros(2, 2))], **kwargs)
+
+
+def test_build_errors():
+    p = [torch.nn.Parameter(torch.zeros(2, 2))]
+    with pytest.raises(ValueError, match="known optimizers: adamw, lamb, maxlamb"):
+        build("sgd", p)
+    with pytest.raises(ValueError, match="fixes clip=False"):
+        build("maxlamb", p, clip=True)
+    with pytest.raises(ValueError, match="Bad hyperparameter.*momentum"):
+        build("merit", p, momentum=0.9)
+    assert set(OPTIMIZERS) >= {"adamw", "lamb", "merit", "maxlamb", "merit_noclip", "merit_nofloor",
+                               "merit_noelementwise"}
+
+
+def test_sparse_gradient_is_refused():
+    emb = torch.nn.Embedding(10, 4, sparse=True)
+    emb(torch.tensor([1, 2])).sum().backward()
+    with pytest.raises(RuntimeError, match="sparse gradients"):
+        MERIT(emb.parameters()).step()
+
+
+def test_param_groups_decay_matrices_only():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4), torch.nn.Embedding(5, 4))
+    groups = param_groups(model, 0.1)
+    assert [len(g["params"]) for g in groups] == [2, 3]
+    assert [g["weight_decay"] for g in groups] == [0.1, 0.0]
+    groups = param_groups(model, 0.1, no_decay=("2.",))
+    assert [len(g["params"]) for g in groups] == [1, 4]
