@@ -258,7 +258,7 @@ def windows(tokens, offsets, block_size):
     """(x, y) int64 tensors of shape (len(offsets), block_size), y shifted by one."""
     idx = np.asarray(offsets)[:, None] + np.arange(block_size + 1)[None, :]
     data = torch.from_numpy(np.asarray(tokens[idx], dtype=np.int64))
-    return data[:, :-1], data[:, 1:]
+    return data[:, :-1].contiguous(), data[:, 1:].contiguous()
 
 
 def validation_offsets(n_tokens, block_size, eval_tokens):

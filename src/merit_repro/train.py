@@ -1,0 +1,439 @@
+"""Train one cell (model x optimizer x batch size x LR x token budget), resumably.
+
+One device (CPU or GPU, chosen automatically):
+
+    python -m merit_repro.train --config cell.yaml --out results/runs/demo
+    python -m merit_repro.train --config cell.yaml --out results/runs/demo --set lr=3e-3 --set optimizer=lamb
+
+Several GPUs (DDP; CPU processes with the gloo backend work too, for testing):
+
+    torchrun --standalone --nproc_per_node 2 -m merit_repro.train --config cell.yaml --out DIR
+
+Writes DIR/metrics.csv, mal.csv, diagnostics.csv, eval.json, summary.json and train.log (see
+runfiles.py for the columns). Checkpoints (DIR/ckpt.pt) are written every ``checkpoint_every``
+steps and on SIGTERM/SIGINT (then the process exits with 143/130 so a scheduler retries);
+rerunning with the same DIR resumes exactly. A diverged cell ends with status ``diverged`` and
+exit code 0, so a grid search goes on.
+"""
+
+import argparse
+import contextlib
+import math
+import os
+import random
+import resource
+import signal
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import yaml
+
+from . import data
+from .cell import CellConfig, load_cell_config
+from .evaluate import lambada, validation_loss
+from .model import GPT, GPTConfig, padded_vocab_size
+from .optim import build, param_groups
+from .runfiles import DIAGNOSTICS_COLUMNS, MAL_COLUMNS, METRICS_COLUMNS, CsvLog, TextLog
+from .utils import atomic_torch_save, atomic_write_json, describe_device, git_commit, library_versions, read_json
+
+# Keys that choose resources, not results: a run may resume under different values of these.
+RESOURCE_KEYS = {"micro_batch_size", "device", "compile", "checkpoint_every", "keep_checkpoint", "save_model",
+                 "peak_flops", "lambada_dir"}
+EXIT_CODES = {signal.SIGTERM: 143, signal.SIGINT: 130}
+
+
+class Stop(Exception):
+    """Raised when a signal asked the run to stop after checkpointing."""
+
+
+def result_config(cfg: CellConfig):
+    return {k: v for k, v in cfg.to_dict().items() if k not in RESOURCE_KEYS}
+
+
+# ---------------------------------------------------------------- devices
+
+
+def setup_device(cfg):
+    """(rank, world_size, device), starting the process group when run under torchrun."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if cfg.device == "auto":
+        device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
+    else:
+        device = torch.device(cfg.device)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device(f"cuda:{local_rank}")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    if world_size > 1 and not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+    return rank, world_size, device
+
+
+def autocast_for(cfg, device):
+    use_bf16 = cfg.dtype == "bfloat16" or (cfg.dtype == "auto" and device.type == "cuda")
+    if not use_bf16:
+        return None
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+
+
+def all_reduce(value, device, op=None):
+    if not dist.is_initialized():
+        return value
+    t = torch.as_tensor(value, dtype=torch.float64, device=device).clone()
+    dist.all_reduce(t, op=op or dist.ReduceOp.SUM)
+    return t
+
+
+def fit_micro_batch(cfg, model, per_rank_batch, device, autocast):
+    """The largest divisor of the per-device batch that trains without running out of memory."""
+    divisors = [d for d in range(per_rank_batch, 0, -1) if per_rank_batch % d == 0]
+    if device.type != "cuda":
+        return next(d for d in divisors if d <= 64)
+    for micro in divisors:
+        try:
+            x = torch.randint(0, model.config.vocab_size, (micro, cfg.block_size), device=device)
+            with autocast or contextlib.nullcontext():
+                _, loss = model(x, x)
+            loss.backward()
+            model.zero_grad(set_to_none=True)
+            return micro
+        except torch.OutOfMemoryError:
+            model.zero_grad(set_to_none=True)
+            torch.cuda.empty_cache()
+    raise RuntimeError("even a micro-batch of 1 sequence does not fit on the GPU; use a smaller model or block_size")
+
+
+# ---------------------------------------------------------------- checkpoints
+
+
+def rng_state():
+    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state):
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(path, cfg, step, model, optimizer, loop):
+    atomic_torch_save({"config": result_config(cfg), "step": step, "model": model.state_dict(),
+                       "optimizer": optimizer.state_dict(), "rng": rng_state(), "loop": loop}, path)
+
+
+def load_checkpoint(path, cfg):
+    ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    if ckpt["config"] != result_config(cfg):
+        changed = sorted(k for k in ckpt["config"] if ckpt["config"][k] != result_config(cfg).get(k))
+        raise ValueError(f"{path} is a checkpoint of a different cell (keys {changed} differ); "
+                         "delete it to start over, or use another --out")
+    return ckpt
+
+
+# ---------------------------------------------------------------- the run
+
+
+class Run:
+    """One cell: its model, optimizer, data and files, and the training loop."""
+
+    def __init__(self, cfg: CellConfig, out_dir):
+        self.cfg = cfg
+        self.out = Path(out_dir)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.rank, self.world_size, self.device = setup_device(cfg)
+        self.master = self.rank == 0
+        self.log = TextLog(self.out / "train.log", echo=True) if self.master else (lambda msg: None)
+        self.meta = data.verify(cfg.data_dir, tokenizer=cfg.tokenizer)  # fails before any training
+        if cfg.lambada_dir:
+            data.verify(cfg.lambada_dir, tokenizer=cfg.tokenizer)
+        for split in data.SPLITS:
+            n = self.meta["splits"][split]["tokens"]
+            if n < cfg.block_size + 2:
+                raise ValueError(f"block_size={cfg.block_size} is larger than the {split} split of {cfg.data_dir} "
+                                 f"({n} tokens); use a smaller block_size or more data")
+        if cfg.batch_size % self.world_size:
+            raise ValueError(f"batch_size={cfg.batch_size} is not divisible by the {self.world_size} devices")
+        self.per_rank_batch = cfg.batch_size // self.world_size
+        if cfg.micro_batch_size and self.per_rank_batch % cfg.micro_batch_size:
+            raise ValueError(f"batch_size={cfg.batch_size} is not divisible by micro_batch_size={cfg.micro_batch_size} "
+                             f"x {self.world_size} devices; choose a micro_batch_size that divides {self.per_rank_batch}")
+        self.autocast = autocast_for(cfg, self.device)
+        torch.manual_seed(cfg.seed)
+        self.model_config = GPTConfig.named(
+            cfg.model, block_size=cfg.block_size, vocab_size=padded_vocab_size(self.meta["vocab_size"]),
+            qk_norm=cfg.qk_norm, **{k: getattr(cfg, k) for k in ("n_layer", "n_head", "n_embd") if getattr(cfg, k)})
+        self.model = GPT(self.model_config).to(self.device)
+        self.optimizer = build(cfg.optimizer, param_groups(self.model, cfg.weight_decay), **cfg.optimizer_kwargs())
+        self.micro_batch = cfg.micro_batch_size or fit_micro_batch(
+            cfg, self.model, self.per_rank_batch, self.device, self.autocast)
+        self.micro_batch = int(all_reduce(self.micro_batch, self.device, dist.ReduceOp.MIN)) if self.world_size > 1 \
+            else self.micro_batch
+        self.accum = self.per_rank_batch // self.micro_batch
+        self.train_model = self.model
+        if cfg.compile:
+            self.train_model = torch.compile(self.model)
+        if self.world_size > 1:
+            from torch.nn.parallel import DistributedDataParallel
+            self.train_model = DistributedDataParallel(self.train_model,
+                                                       device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        self.names = {p: n for n, p in self.model.named_parameters()}
+        val = data.open_tokens(cfg.data_dir, "val", self.meta)
+        self.probe_batch = data.windows(val, data.validation_offsets(len(val), cfg.block_size,
+                                        cfg.mal_batch * cfg.block_size)[:cfg.mal_batch], cfg.block_size)[0]
+        self.metrics = CsvLog(self.out / "metrics.csv", METRICS_COLUMNS)
+        self.mal = CsvLog(self.out / "mal.csv", MAL_COLUMNS)
+        self.diagnostics = CsvLog(self.out / "diagnostics.csv", DIAGNOSTICS_COLUMNS)
+        self.ckpt_path = self.out / "ckpt.pt"
+        self.stop_signal = None
+
+    # -- pieces of a step
+
+    def batch(self, step, micro_step):
+        cfg = self.cfg
+        tokens = data.open_tokens(cfg.data_dir, "train", self.meta)
+        offsets = data.batch_offsets(len(tokens), cfg.block_size, cfg.batch_size, cfg.seed, step)
+        rows = data.micro_batch_slice(cfg.batch_size, self.micro_batch, self.world_size, self.rank, micro_step)
+        x, y = data.windows(tokens, offsets[rows], cfg.block_size)
+        return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+
+    def train_step(self, step):
+        lr = self.cfg.lr_at(step)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        loss_sum = torch.zeros((), device=self.device)
+        for micro_step in range(self.accum):
+            x, y = self.batch(step, micro_step)
+            sync = self.world_size == 1 or micro_step == self.accum - 1
+            with (contextlib.nullcontext() if sync else self.train_model.no_sync()):
+                with self.autocast or contextlib.nullcontext():
+                    _, loss = self.train_model(x, y)
+                (loss / self.accum).backward()
+            loss_sum += loss.detach()
+        max_norm = self.cfg.grad_clip if self.cfg.grad_clip > 0 else math.inf
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        train_loss = float(all_reduce(loss_sum / self.accum, self.device)) / self.world_size
+        return lr, train_loss, grad_norm.item()
+
+    def evaluate(self):
+        total, count = validation_loss(self.model, self.cfg.data_dir, self.meta, self.cfg.block_size,
+                                       self.cfg.eval_tokens, self.micro_batch, self.device, self.autocast,
+                                       self.rank, self.world_size)
+        return float(all_reduce(total, self.device)) / float(all_reduce(count, self.device))
+
+    def probe(self, step):
+        mal, wq, wk = self.model.probe_attention(self.probe_batch.to(self.device))
+        L, H = mal.shape
+        return [{"step": step, "layer": layer + 1, "head": head + 1, "mal": mal[layer, head].item(),
+                 "wq_max": wq[layer, head].item(), "wk_max": wk[layer, head].item()}
+                for layer in range(L) for head in range(H)]
+
+    def optimizer_diagnostics(self, step):
+        rows, totals = [], {"clip_fraction": [0.0, 0], "floor_fraction": [0.0, 0]}
+        for p, diag in self.optimizer.diagnostics.items():
+            row = {"step": step, "param": self.names[p]}
+            for key, value in diag.items():
+                row[key] = value.item()
+                totals[key][0] += row[key] * p.numel()
+                totals[key][1] += p.numel()
+            rows.append(row)
+        return rows, {k: (s / n if n else None) for k, (s, n) in totals.items()}
+
+    def _on_signal(self, signum, frame):
+        self.stop_signal = signum
+
+    # -- the loop
+
+    def header(self, start_step):
+        cfg = self.cfg
+        lines = [f"# merit_repro.train  {time.strftime('%Y-%m-%d %H:%M:%S')}",
+                 f"# {'resuming from step ' + str(start_step) if start_step else 'starting'} in {self.out}",
+                 "# config:", *("#   " + line for line in yaml.safe_dump(cfg.to_dict(), sort_keys=True).splitlines()),
+                 f"# code: {git_commit()}", f"# versions: {library_versions()}",
+                 f"# device: {describe_device(self.device)} x {self.world_size}",
+                 f"# model: {self.model.num_params() / 1e6:.2f}M params {self.model_config}",
+                 f"# steps: {cfg.steps} x {cfg.batch_size} sequences x {cfg.block_size} tokens "
+                 f"= {cfg.steps * cfg.tokens_per_step:,} tokens; micro-batch {self.micro_batch} x {self.accum} "
+                 f"accumulation x {self.world_size} devices; warmup {cfg.warmup_steps} steps"]
+        self.log("\n".join(lines))
+
+    def resume(self):
+        """(start step, loop state): from the checkpoint when there is one, else a fresh start."""
+        loop = {"first_loss": None, "best_val_loss": None, "last_val_loss": None, "train_seconds": 0.0,
+                "probe_seconds": 0.0, "eval_seconds": 0.0}
+        if not self.ckpt_path.exists():
+            return 0, loop
+        ckpt = load_checkpoint(self.ckpt_path, self.cfg)
+        self.model.load_state_dict(ckpt["model"])
+        self.optimizer.load_state_dict(ckpt["optimizer"])
+        set_rng_state(ckpt["rng"])
+        return ckpt["step"], ckpt["loop"]
+
+    def run(self):
+        cfg = self.cfg
+        start_step, loop = self.resume()
+        for log in (self.metrics, self.mal, self.diagnostics):
+            if self.master:
+                log.start(start_step if start_step else None)
+        self.header(start_step)
+        for signum in EXIT_CODES:
+            signal.signal(signum, self._on_signal)
+        if start_step == 0:
+            self.record(0, loop, lr=cfg.lr_at(0), train_loss=None, grad_norm=None, step_seconds=None, evaluate=True)
+        status = "ok"
+        for step in range(start_step, cfg.steps):
+            done = step + 1
+            evaluate_now = done % cfg.eval_every == 0 or done == cfg.steps
+            if hasattr(self.optimizer, "track_diagnostics"):
+                self.optimizer.track_diagnostics = evaluate_now
+            t0 = time.perf_counter()
+            lr, train_loss, grad_norm = self.train_step(step)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize()
+            step_seconds = time.perf_counter() - t0
+            loop["train_seconds"] += step_seconds
+            loop["first_loss"] = loop["first_loss"] or train_loss
+            diverged = not math.isfinite(train_loss) or train_loss > cfg.divergence_factor * loop["first_loss"]
+            self.record(done, loop, lr, train_loss, grad_norm, step_seconds, evaluate_now or diverged)
+            if diverged:
+                self.log(f"diverged at step {done}: train loss {train_loss} (first loss {loop['first_loss']:.4f})")
+                status = "diverged"
+                break
+            stop = float(all_reduce(float(self.stop_signal is not None), self.device, dist.ReduceOp.MAX)
+                         if self.world_size > 1 else float(self.stop_signal is not None))
+            if stop or (done % cfg.checkpoint_every == 0 and done < cfg.steps):
+                if self.master:
+                    save_checkpoint(self.ckpt_path, cfg, done, self.model, self.optimizer, loop)
+                if stop:
+                    self.log(f"stopped by signal after step {done}; checkpoint saved, rerun to resume")
+                    raise Stop(EXIT_CODES.get(self.stop_signal, 143))
+        return self.finish(status, loop)
+
+    def record(self, step, loop, lr, train_loss, grad_norm, step_seconds, evaluate):
+        cfg = self.cfg
+        row = {"step": step, "tokens": step * cfg.tokens_per_step, "lr": lr, "train_loss": train_loss,
+               "grad_norm": grad_norm, "tokens_per_s": cfg.tokens_per_step / step_seconds if step_seconds else None}
+        message = f"step {step}/{cfg.steps} | lr {lr:.3e}"
+        if train_loss is not None:
+            message += f" | loss {train_loss:.4f} | grad {grad_norm:.3f} | {row['tokens_per_s']:,.0f} tok/s"
+        if evaluate:
+            t0 = time.perf_counter()
+            row["val_loss"] = self.evaluate()
+            loop["eval_seconds"] += time.perf_counter() - t0
+            loop["last_val_loss"] = row["val_loss"]
+            if math.isfinite(row["val_loss"]):
+                loop["best_val_loss"] = min(loop["best_val_loss"] or math.inf, row["val_loss"])
+            message += f" | val {row['val_loss']:.4f}"
+            if getattr(self.optimizer, "diagnostics", None) and step > 0:
+                diag_rows, totals = self.optimizer_diagnostics(step)
+                row.update(totals)
+                if self.master:
+                    self.diagnostics.write(diag_rows)
+        if self.master and (step % cfg.mal_every == 0 or step == cfg.steps):
+            t0 = time.perf_counter()
+            mal_rows = self.probe(step)
+            loop["probe_seconds"] += time.perf_counter() - t0
+            self.mal.write(mal_rows)
+            message += f" | max MAL {max(r['mal'] for r in mal_rows):.1f}"
+        if self.master:
+            self.metrics.write([row])
+        self.log(message)
+
+    def finish(self, status, loop):
+        cfg = self.cfg
+        steps_done = read_last_step(self.out / "metrics.csv") if self.master else None
+        result = {"val_loss": loop["last_val_loss"], "val_tokens": None}
+        if self.cfg.lambada_dir and status == "ok":
+            result.update(lambada(self.model, cfg.lambada_dir, cfg.block_size, self.device, self.autocast))
+        if self.device.type == "cuda":
+            peak_memory = torch.cuda.max_memory_allocated(self.device)
+        else:
+            peak_memory = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        tokens = (steps_done or 0) * cfg.tokens_per_step
+        tokens_per_s = tokens / loop["train_seconds"] if loop["train_seconds"] else None
+        summary = {
+            "status": status, "final_val_loss": loop["last_val_loss"] if status == "ok" else None,
+            "best_val_loss": loop["best_val_loss"], "steps": steps_done, "planned_steps": cfg.steps,
+            "tokens": tokens, "train_seconds": loop["train_seconds"], "eval_seconds": loop["eval_seconds"],
+            "mal_probe_seconds": loop["probe_seconds"], "tokens_per_s": tokens_per_s,
+            "mfu": (tokens_per_s * self.model.flops_per_token() / (cfg.peak_flops * self.world_size)
+                    if tokens_per_s and self.device.type == "cuda" else None),
+            "peak_memory_bytes": peak_memory, "n_params": self.model.num_params(),
+            "world_size": self.world_size, "micro_batch_size": self.micro_batch, "grad_accum": self.accum,
+            "config": cfg.to_dict(), "model_config": self.model.config_dict(), "versions": library_versions(),
+            "git_commit": git_commit(), "device": describe_device(self.device), "data": self.meta.get("request"),
+        }
+        if self.master:
+            if cfg.save_model:
+                atomic_torch_save(self.model.state_dict(), self.out / "model.pt")
+            val_tokens = len(data.validation_offsets(self.meta["splits"]["val"]["tokens"], cfg.block_size,
+                                                     cfg.eval_tokens)) * cfg.block_size
+            result["val_tokens"] = val_tokens
+            atomic_write_json(self.out / "eval.json", result)
+            atomic_write_json(self.out / "summary.json", summary)
+            if not cfg.keep_checkpoint:
+                self.ckpt_path.unlink(missing_ok=True)
+            self.log(f"done: status {status}, final val loss {summary['final_val_loss']}, "
+                     f"{tokens_per_s or 0:,.0f} tok/s, MAL probe {loop['probe_seconds']:.1f}s "
+                     f"of {loop['train_seconds']:.1f}s training")
+        return summary
+
+
+def read_last_step(metrics_path):
+    lines = Path(metrics_path).read_text().splitlines()
+    return int(lines[-1].split(",", 1)[0]) if len(lines) > 1 else 0
+
+
+def train(cfg: CellConfig, out_dir):
+    """Run (or resume, or skip when already complete) one cell; returns its summary."""
+    out_dir = Path(out_dir)
+    summary_path = out_dir / "summary.json"
+    if summary_path.exists():
+        summary = read_json(summary_path)
+        if result_config(CellConfig(**{**summary["config"], "betas": tuple(summary["config"]["betas"])})) \
+                == result_config(cfg):
+            print(f"[train] {out_dir} is already complete ({summary['status']}); nothing to do", flush=True)
+            return summary
+        raise ValueError(f"{out_dir} holds a finished run of a different cell; use another --out or delete it")
+    run = Run(cfg, out_dir)
+    try:
+        return run.run()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m merit_repro.train", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", type=Path, help="cell YAML (keys: see merit_repro.cell.CellConfig)")
+    parser.add_argument("--out", type=Path, required=True, help="run directory (created; resumed when it exists)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    args = parser.parse_args(argv)
+    try:
+        cfg = load_cell_config(args.config, args.set)
+        for item in args.set:
+            print(f"[train] override: {item}", flush=True)
+        train(cfg, args.out)
+    except Stop as stop:
+        return stop.args[0]
+    except (ValueError, data.DataError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
