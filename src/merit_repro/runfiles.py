@@ -21,23 +21,21 @@ def _format(value):
 
 
 class CsvLog:
-    """A CSV file written row by row. ``start(resume_step)`` truncates it to the rows of steps <= that
-    step (dropping any half-written last line), so a resumed run rewrites exactly what it repeats."""
+    """A CSV file written row by row. Its text up to a step is kept in that step's checkpoint, and
+    ``start(text)`` restores it on resume: a resumed run rewrites exactly the rows it repeats, even
+    when a workflow manager deleted the files of the failed job."""
 
     def __init__(self, path, columns):
         self.path = Path(path)
         self.columns = columns
 
-    def start(self, resume_step=None):
-        header = ",".join(self.columns) + "\n"
-        keep = [header]
-        if resume_step is not None and self.path.exists():
-            for line in self.path.read_text().splitlines(keepends=True)[1:]:
-                if line.endswith("\n") and int(line.split(",", 1)[0]) <= resume_step:
-                    keep.append(line)
+    def start(self, text=None):
         tmp = self.path.with_name(f".{self.path.name}.tmp")
-        tmp.write_text("".join(keep))
+        tmp.write_text(text if text is not None else ",".join(self.columns) + "\n")
         os.replace(tmp, self.path)
+
+    def snapshot(self):
+        return self.path.read_text()
 
     def write(self, rows):
         with open(self.path, "a") as f:

@@ -127,9 +127,11 @@ def set_rng_state(state):
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def save_checkpoint(path, cfg, step, model, optimizer, loop):
+def save_checkpoint(path, cfg, step, model, optimizer, loop, logs):
+    """Everything a resumed run needs to continue as if never stopped, the CSV logs' text included."""
     atomic_torch_save({"config": result_config(cfg), "step": step, "model": model.state_dict(),
-                       "optimizer": optimizer.state_dict(), "rng": rng_state(), "loop": loop}, path)
+                       "optimizer": optimizer.state_dict(), "rng": rng_state(), "loop": loop,
+                       "logs": {name: log.snapshot() for name, log in logs.items()}}, path)
 
 
 def load_checkpoint(path, cfg):
@@ -194,6 +196,7 @@ class Run:
         self.metrics = CsvLog(self.out / "metrics.csv", METRICS_COLUMNS)
         self.mal = CsvLog(self.out / "mal.csv", MAL_COLUMNS)
         self.diagnostics = CsvLog(self.out / "diagnostics.csv", DIAGNOSTICS_COLUMNS)
+        self.csv_logs = {"metrics": self.metrics, "mal": self.mal, "diagnostics": self.diagnostics}
         self.ckpt_path = self.out / "ckpt.pt"
         self.stop_signal = None
 
@@ -270,23 +273,23 @@ class Run:
         self.log("\n".join(lines))
 
     def resume(self):
-        """(start step, loop state): from the checkpoint when there is one, else a fresh start."""
+        """(start step, loop state, CSV texts): from the checkpoint when there is one, else a fresh start."""
         loop = {"first_loss": None, "best_val_loss": None, "last_val_loss": None, "train_seconds": 0.0,
                 "probe_seconds": 0.0, "eval_seconds": 0.0}
         if not self.ckpt_path.exists():
-            return 0, loop
+            return 0, loop, {}
         ckpt = load_checkpoint(self.ckpt_path, self.cfg)
         self.model.load_state_dict(ckpt["model"])
         self.optimizer.load_state_dict(ckpt["optimizer"])
         set_rng_state(ckpt["rng"])
-        return ckpt["step"], ckpt["loop"]
+        return ckpt["step"], ckpt["loop"], ckpt["logs"]
 
     def run(self):
         cfg = self.cfg
-        start_step, loop = self.resume()
-        for log in (self.metrics, self.mal, self.diagnostics):
-            if self.master:
-                log.start(start_step if start_step else None)
+        start_step, loop, texts = self.resume()
+        if self.master:
+            for name, log in self.csv_logs.items():
+                log.start(texts.get(name))
         self.header(start_step)
         for signum in EXIT_CODES:
             signal.signal(signum, self._on_signal)
@@ -315,7 +318,7 @@ class Run:
                          if self.world_size > 1 else float(self.stop_signal is not None))
             if stop or (done % cfg.checkpoint_every == 0 and done < cfg.steps):
                 if self.master:
-                    save_checkpoint(self.ckpt_path, cfg, done, self.model, self.optimizer, loop)
+                    save_checkpoint(self.ckpt_path, cfg, done, self.model, self.optimizer, loop, self.csv_logs)
                 if stop:
                     self.log(f"stopped by signal after step {done}; checkpoint saved, rerun to resume")
                     raise Stop(EXIT_CODES.get(self.stop_signal, 143))
