@@ -18,8 +18,8 @@ MODEL_SIZES = {
     "gpt2-medium": dict(n_layer=24, n_head=16, n_embd=1024),
     "gpt2-large": dict(n_layer=36, n_head=20, n_embd=1280),
     "demo-tiny": dict(n_layer=2, n_head=2, n_embd=64, block_size=128),
-    "demo-small": dict(n_layer=4, n_head=4, n_embd=128, block_size=128),
-    "demo-medium": dict(n_layer=6, n_head=4, n_embd=192, block_size=128),
+    "demo-small": dict(n_layer=4, n_head=4, n_embd=96, block_size=128),
+    "demo-medium": dict(n_layer=6, n_head=4, n_embd=128, block_size=128),
 }
 
 

@@ -1,4 +1,5 @@
-"""Small helpers shared by the CLIs: atomic files, versions, provenance."""
+"""Small helpers shared by the CLIs: atomic files, versions, provenance (torch imported only where used,
+so the job launcher starts fast)."""
 
 import json
 import os
@@ -7,8 +8,6 @@ import subprocess
 import tempfile
 from importlib import metadata
 from pathlib import Path
-
-import torch
 
 TRACKED_LIBRARIES = ("torch", "numpy", "pandas", "tiktoken", "datasets", "snakemake", "merit-repro")
 
@@ -33,6 +32,8 @@ def atomic_write_json(path, obj, indent=2):
 
 
 def atomic_torch_save(obj, path):
+    import torch
+
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "wb") as f:
@@ -71,6 +72,8 @@ def git_commit():
 
 
 def describe_device(device):
+    import torch
+
     device = torch.device(device)
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)

@@ -1,0 +1,29 @@
+# MERIT reproduction: every validation-loss table and MAL plot of the paper, from one command.
+#   snakemake --cores 2                                  # demo scale (config/config.yaml), CPU
+#   snakemake --cores all --configfile config/paper.yaml # the paper's grid, on GPUs
+# Stages: workflow/rules/{common,data,train,report}.smk; training is `python -m merit_repro.train`.
+
+from snakemake.utils import min_version, validate
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+validate(config, "workflow/schemas/config.schema.yaml")
+
+
+report: "workflow/report/workflow.rst"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/report.smk"
+
+
+rule all:
+    input:
+        final_outputs(),
+    default_target: True

@@ -1,0 +1,86 @@
+"""What a workflow config costs to train, before launching it.
+
+    python -m merit_repro.cost --configfile config/paper.yaml [--mfu 0.4] [--peak-flops 989e12]
+    python -m merit_repro.cost --configfile config/paper.yaml --tokens-per-s-per-gpu 180000
+
+Per experiment: cells, tokens, training FLOPs (6N + attention per token, nanoGPT/PaLM) and
+GPU-hours at the stated throughput; then the total over distinct cells (a cell shared by several
+experiments trains once). Evaluation and the MAL probe are not counted (a few percent at most).
+"""
+
+import argparse
+import sys
+from collections import defaultdict
+
+import torch
+import yaml
+
+from . import grid
+from .model import GPT, GPTConfig, padded_vocab_size
+from .tokenizers import TOKENIZERS
+
+
+def flops_per_token(config, model_key):
+    settings = grid.cell_config(config, model_key, 1, "adamw", 1, 1e-3, 0)
+    tokenizer = config["data"][config["models"][model_key]["data"]]["tokenizer"]
+    vocab = padded_vocab_size(TOKENIZERS[tokenizer].vocab_size)
+    block = settings.get("block_size", 1024)
+    with torch.device("meta"):
+        overrides = {k: settings[k] for k in ("n_layer", "n_head", "n_embd") if settings.get(k)}
+        model = GPT(GPTConfig.named(settings["model"], block_size=block, vocab_size=vocab,
+                                    qk_norm=settings.get("qk_norm", False), **overrides))
+    return model.flops_per_token(), model.num_params()
+
+
+def estimate(config, seconds_per_flop):
+    per_model = {m: flops_per_token(config, m) for m in config["models"]}
+    rows, totals = [], defaultdict(float)
+    for cell, _ in grid.all_cells(config).items():
+        flops = float(cell.tokens) * per_model[cell.model][0]
+        totals["cells"] += 1
+        totals["tokens"] += float(cell.tokens)
+        totals["flops"] += flops
+    for name in config["experiments"]:
+        cells = grid.experiment_cells(config, name)
+        tokens = sum(float(c.tokens) for c in cells)
+        flops = sum(float(c.tokens) * per_model[c.model][0] for c in cells)
+        rows.append((name, len(cells), tokens, flops, flops * seconds_per_flop / 3600))
+    rows.append(("total (distinct cells)", int(totals["cells"]), totals["tokens"], totals["flops"],
+                 totals["flops"] * seconds_per_flop / 3600))
+    return rows, per_model
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m merit_repro.cost", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--configfile", default="config/config.yaml")
+    parser.add_argument("--peak-flops", type=float, default=989e12, help="per GPU (H100 SXM bf16 dense: 989e12)")
+    parser.add_argument("--mfu", type=float, default=0.4, help="model FLOPs utilisation assumed")
+    parser.add_argument("--tokens-per-s-per-gpu", type=float, default=None,
+                        help="measured throughput of the largest model instead of peak x MFU")
+    args = parser.parse_args(argv)
+    with open(args.configfile) as f:
+        config = yaml.safe_load(f)
+    try:
+        grid.validate(config)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    seconds_per_flop = 1 / (args.peak_flops * args.mfu)
+    if args.tokens_per_s_per_gpu:
+        biggest = max(config["models"], key=lambda m: flops_per_token(config, m)[0])
+        seconds_per_flop = 1 / (args.tokens_per_s_per_gpu * flops_per_token(config, biggest)[0])
+    rows, per_model = estimate(config, seconds_per_flop)
+    rate = (f"{args.tokens_per_s_per_gpu:,.0f} tokens/s per GPU (largest model)" if args.tokens_per_s_per_gpu
+            else f"{args.peak_flops / 1e12:.0f} TFLOP/s x MFU {args.mfu}")
+    print(f"# cost of {args.configfile} at {rate}")
+    for m, (fpt, n) in per_model.items():
+        print(f"#   {m}: {n / 1e6:.1f}M params, {fpt / 1e9:.2f} GFLOP per token")
+    print(f"{'experiment':<28}{'cells':>7}{'tokens':>12}{'FLOPs':>12}{'GPU-hours':>12}")
+    for name, cells, tokens, flops, hours in rows:
+        print(f"{name:<28}{cells:>7}{tokens:>12.3g}{flops:>12.3g}{hours:>12,.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,171 @@
+"""GPU slots under concurrent jobs, and the workflow on a real (local, one-node) SLURM cluster.
+
+The SLURM tests need scripts/local_slurm.sh to have started the cluster; they are skipped without
+it, unless MERIT_REQUIRE_SLURM=1 (as in CI), where a missing cluster fails them.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from merit_repro.runfiles import TIMING_COLUMNS
+from test_workflow import REPO, TINY, copy_workflow
+
+HOLDER = """
+import json, sys, time
+from merit_repro.gpu_slots import gpu_slots
+n, out = int(sys.argv[1]), sys.argv[2]
+with gpu_slots(n, poll_seconds=0.02) as devices:
+    start = time.time()
+    time.sleep(0.3)
+    end = time.time()
+with open(out, "a") as f:
+    f.write(json.dumps({"devices": devices, "start": start, "end": end}) + "\\n")
+"""
+
+
+def test_gpu_slots_are_never_shared_by_concurrent_jobs(tmp_path):
+    env = {**os.environ, "MERIT_GPUS": "4", "MERIT_GPU_LOCK_DIR": str(tmp_path / "locks")}
+    out = tmp_path / "held.jsonl"
+    needs = [1, 2, 1, 3, 1, 2, 1, 1, 2, 4]
+    procs = [subprocess.Popen([sys.executable, "-c", HOLDER, str(n), str(out)], env=env) for n in needs]
+    assert all(p.wait(120) == 0 for p in procs)
+    held = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted(len(h["devices"]) for h in held) == sorted(needs)
+    for i, a in enumerate(held):
+        assert set(a["devices"]) <= {"0", "1", "2", "3"} and len(set(a["devices"])) == len(a["devices"])
+        for b in held[i + 1:]:
+            overlap = a["start"] < b["end"] and b["start"] < a["end"]
+            assert not (overlap and set(a["devices"]) & set(b["devices"])), (a, b)
+
+
+def test_gpu_slots_refuse_more_than_the_pool(monkeypatch, tmp_path):
+    from merit_repro.gpu_slots import gpu_slots
+
+    monkeypatch.setenv("MERIT_GPU_LOCK_DIR", str(tmp_path))
+    with pytest.raises(RuntimeError, match="needs 3 GPUs but the pool has 2"):
+        with gpu_slots(3, pool=["0", "1"]):
+            pass
+
+
+def test_a_killed_job_releases_its_slots(tmp_path):
+    env = {**os.environ, "MERIT_GPUS": "1", "MERIT_GPU_LOCK_DIR": str(tmp_path / "locks")}
+    holder = subprocess.Popen([sys.executable, "-c", "from merit_repro.gpu_slots import gpu_slots\nimport time\n"
+                               "with gpu_slots(1):\n    print('held', flush=True)\n    time.sleep(60)"],
+                              env=env, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    holder.kill()
+    holder.wait()
+    r = subprocess.run([sys.executable, "-c", "from merit_repro.gpu_slots import gpu_slots\n"
+                        "with gpu_slots(1, timeout_seconds=10) as d: print(d)"], env=env, capture_output=True, text=True)
+    assert r.returncode == 0 and "['0']" in r.stdout
+
+
+# ---------------------------------------------------------------- SLURM
+
+
+def cluster_up():
+    try:
+        r = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return r.returncode == 0 and "idle" in r.stdout or "mix" in r.stdout or "alloc" in r.stdout
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    if not cluster_up():
+        if os.environ.get("MERIT_REQUIRE_SLURM") == "1":
+            pytest.fail("MERIT_REQUIRE_SLURM=1 but no SLURM cluster answers; run scripts/local_slurm.sh start")
+        pytest.skip("no SLURM cluster (scripts/local_slurm.sh start)")
+
+
+# profiles/slurm as a site would use it, with the local cluster's partition and sizes
+SLURM_OVERRIDES = ["--profile", "profiles/slurm", "--jobs", "4", "--slurm-init-seconds-before-status-checks", "5",
+                   "--default-resources", "slurm_partition=debug", "slurm_account=''", "mem_mb=1000", "runtime=30",
+                   "cpus_per_task=1", "--set-resources", "train:mem_mb=1000", "prepare_data:mem_mb=1000",
+                   "prepare_data:cpus_per_task=1", "--set-threads", "train=1", "prepare_data=1"]
+
+
+def workflow_dir(tmp_path, name, config):
+    workdir = copy_workflow(tmp_path / name)
+    shutil.copytree(REPO / "profiles", workdir / "profiles")
+    (workdir / "cfg.yaml").write_text(yaml.safe_dump(config))
+    return workdir
+
+
+def run_snakemake(workdir, *args, wait=True):
+    cmd = [sys.executable, "-m", "snakemake", "--configfile", "cfg.yaml", *args]
+    if not wait:
+        return subprocess.Popen(cmd, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.run(cmd, cwd=workdir, capture_output=True, text=True)
+
+
+def comparable_runs(workdir):
+    runs = pd.read_csv(workdir / "results" / "tables" / "runs.csv")
+    return runs.drop(columns=["tokens_per_s", "train_seconds"]).reset_index(drop=True)
+
+
+def read_metrics(path):
+    return pd.read_csv(path).drop(columns=TIMING_COLUMNS)
+
+
+def test_slurm_profile_gives_the_same_outputs_as_a_local_run(slurm, tmp_path):
+    config = yaml.safe_load(TINY.read_text())
+    config["experiments"] = {"sweep": config["experiments"]["sweep"]}
+    local = workflow_dir(tmp_path, "local", config)
+    cluster = workflow_dir(tmp_path, "cluster", config)
+    r = run_snakemake(local, "--cores", "2")
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = run_snakemake(cluster, *SLURM_OVERRIDES)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
+    assert "sbatch" in r.stdout + r.stderr or "SLURM" in r.stdout + r.stderr
+    pd.testing.assert_frame_equal(comparable_runs(local).drop(columns="run_dir"), comparable_runs(cluster).drop(columns="run_dir"))
+    for metrics in (local / "results" / "runs").rglob("metrics.csv"):
+        twin = cluster / metrics.relative_to(local)
+        pd.testing.assert_frame_equal(read_metrics(metrics), read_metrics(twin))
+    for table in (local / "paper_figures").rglob("*.csv"):
+        assert table.read_text() == (cluster / table.relative_to(local)).read_text(), table
+
+
+def test_cancelled_job_is_retried_and_resumes_to_identical_results(slurm, tmp_path):
+    config = yaml.safe_load(TINY.read_text())
+    config["models"]["T"]["gpus"] = 1  # asks SLURM for a (fake) GPU: --gpus=1; trains on the CPU
+    config["cell_defaults"].update(checkpoint_every=4)
+    config["experiments"] = {"one": {"models": ["T"], "tokens": 32 * 8 * 80, "optimizers": ["merit"],
+                                     "batch_sizes": [8], "lr_grid": {"merit": [5e-3]}, "artifacts": ["loss_curves"]}}
+    cell = "results/runs/T/20480/merit/bs8/lr5e-3/seed0"
+    local = workflow_dir(tmp_path, "local", config)
+    r = subprocess.run([sys.executable, "-m", "snakemake", "--configfile", "cfg.yaml", "--cores", "1"], cwd=local,
+                       capture_output=True, text=True, env={**os.environ, "MERIT_GPUS": "1",
+                                                            "MERIT_GPU_LOCK_DIR": str(tmp_path / "locks")})
+    assert r.returncode == 0, r.stderr[-3000:]
+    cluster = workflow_dir(tmp_path, "cluster", config)
+    proc = run_snakemake(cluster, *SLURM_OVERRIDES, wait=False)
+    metrics, ckpt = cluster / cell / "metrics.csv", cluster / cell / "ckpt.pt"
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        if ckpt.exists() and metrics.exists() and len(metrics.read_text().splitlines()) > 20:
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.stdout.read()[-3000:]
+    jobs = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout.split()
+    assert jobs, "no SLURM job to cancel"
+    subprocess.run(["scancel", *jobs], check=True)  # SIGTERM now, SIGKILL after KillWait
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out[-5000:]
+    log = (cluster / cell / "train.log").read_text()
+    assert "resuming from step" in log, log[-2000:]
+    for name in ["metrics.csv", "mal.csv", "diagnostics.csv"]:
+        pd.testing.assert_frame_equal(read_metrics(local / cell / name) if name == "metrics.csv"
+                                      else pd.read_csv(local / cell / name),
+                                      read_metrics(cluster / cell / name) if name == "metrics.csv"
+                                      else pd.read_csv(cluster / cell / name))

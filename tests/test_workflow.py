@@ -1,0 +1,131 @@
+"""The real DAG on a tiny config: every artifact, reruns, invalid config, lint."""
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from merit_repro import grid
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = REPO / "tests" / "workflow_config.yaml"
+ARTIFACT_FILES = (".csv", ".md", ".tex", ".json", ".png", ".pdf")
+
+
+def copy_workflow(dest):
+    for name in ["Snakefile", "workflow", "config", "src"]:
+        src = REPO / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, dest / name)
+    return dest
+
+
+def snakemake(workdir, *args, config=TINY):
+    cmd = [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", str(config), *args]
+    return subprocess.run(cmd, cwd=workdir, capture_output=True, text=True)
+
+
+def job_counts(dry_run_output):
+    table = dry_run_output.split("Job stats:")[1].split("total")[0]
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)}
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    workdir = copy_workflow(tmp_path_factory.mktemp("wf"))
+    r = snakemake(workdir)
+    assert r.returncode == 0, r.stderr[-4000:]
+    return workdir
+
+
+def test_every_artifact_is_made(finished):
+    config = yaml.safe_load(TINY.read_text())
+    for name, exp in config["experiments"].items():
+        for artifact in exp["artifacts"]:
+            if artifact == "lambada_ppl_vs_batch":
+                assert not (finished / "paper_figures" / artifact).exists()  # no LAMBADA in this config
+                continue
+            for ext in ARTIFACT_FILES:
+                path = finished / "paper_figures" / artifact / f"{name}{ext}"
+                assert path.exists() and path.stat().st_size > 0, path
+    readme = (finished / "paper_figures" / "README.md").read_text()
+    assert "| [mal_tables](mal_tables/sweep.md) |" in readme and "LAMBADA perplexity tables are not produced" in readme
+
+
+def test_tables_hold_ours_beside_the_papers(finished):
+    table = pd.read_csv(finished / "paper_figures" / "val_loss_vs_batch" / "sweep.csv")
+    assert list(table.paper_batch) == [128, 1024]
+    assert list(table["merit (paper)"]) == [None, 3.28] or table["merit (paper)"].iloc[1] == 3.28
+    assert table["merit"].notna().all()
+    best = pd.read_csv(finished / "results" / "tables" / "best_lr.csv")
+    assert {"experiment", "lr", "grid", "n_diverged"} <= set(best.columns)
+
+
+def test_a_cell_shared_by_experiments_trains_once(finished):
+    config = yaml.safe_load(TINY.read_text())
+    runs = pd.read_csv(finished / "results" / "tables" / "runs.csv")
+    assert len(runs) == len(grid.all_cells(config)) == 7
+
+
+def test_nothing_to_do_after_a_complete_run(finished):
+    r = snakemake(finished, "-n")
+    assert r.returncode == 0 and "Nothing to be done" in r.stdout + r.stderr
+
+
+def test_changing_a_figure_setting_reruns_only_artifact_rules(finished, tmp_path):
+    config = yaml.safe_load(TINY.read_text())
+    config["report"]["dpi"] = 80
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(yaml.safe_dump(config))
+    r = snakemake(finished, "-n", config=changed)
+    assert r.returncode == 0, r.stderr[-2000:]
+    counts = job_counts(r.stdout + r.stderr)
+    assert set(counts) == {"artifact", "figures_readme", "all"}, counts
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda c: c["experiments"]["sweep"].update(optimizers=["adamw", "sgd"]),
+     "experiments.sweep.optimizers: 'sgd' is unknown; known optimizers: adamw, lamb, maxlamb"),
+    (lambda c: c["experiments"]["sweep"].update(lr_grid={"adamw": [1e-3, 2e-3], "merit": [1e-3]}),
+     "grids of different density"),
+    (lambda c: c["experiments"]["sweep"].update(batch_sizes=[0]), "batch_sizes"),
+    (lambda c: c["experiments"]["sweep"].update(artifacts=["fig9"]), "fig9"),
+    (lambda c: c["models"]["T"].update(data="nope"), "models.T.data='nope' is not a key of data"),
+    (lambda c: c["cell_defaults"].update(block_size=10**7), "tokens=4096 is less than one step"),
+])
+def test_invalid_config_fails_before_any_job(tmp_path, edit, message):
+    workdir = copy_workflow(tmp_path / "wf")
+    config = yaml.safe_load(TINY.read_text())
+    edit(config)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(config))
+    r = snakemake(workdir, config=bad)
+    assert r.returncode != 0
+    assert message in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]
+    assert not (workdir / "results").exists()
+
+
+def test_lint_is_clean():
+    r = subprocess.run([sys.executable, "-m", "snakemake", "--lint", "--cores", "1"], cwd=REPO,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+
+
+def _requirements(lines):
+    pairs = (re.match(r"([A-Za-z0-9_.-]+)\s*(.*)", line.replace(" ", "")).groups() for line in lines
+             if not line.startswith("-"))
+    return {name.lower(): spec for name, spec in pairs}
+
+
+def test_environment_yml_mirrors_pyproject():
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    declared = project["dependencies"] + [d for extra in project["optional-dependencies"].values() for d in extra]
+    env = yaml.safe_load((REPO / "environment.yml").read_text())
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    assert _requirements(declared) == _requirements(pip)

@@ -1,0 +1,67 @@
+# Runs -> tables/best_lr.csv -> the paper's artifacts in paper_figures/ (small files only, no checkpoints).
+
+
+rule collect_runs:
+    input:
+        all_run_files(),
+    output:
+        f"{RESULTS}/tables/runs.csv",
+    params:
+        cells=[(run_dir(cell), vars(cell)) for cell in sorted(CELLS)],
+        mal_threshold=config["report"].get("mal_threshold", 100),
+    conda:
+        ENV
+    log:
+        f"{RESULTS}/logs/report/collect_runs.log",
+    script:
+        "../scripts/collect_runs.py"
+
+
+rule select_best_lr:
+    input:
+        f"{RESULTS}/tables/runs.csv",
+    output:
+        f"{RESULTS}/tables/best_lr.csv",
+    params:
+        cells=[dict(experiment=e, **vars(cell)) for cell, exps in sorted(CELLS.items()) for e in exps],
+    conda:
+        ENV
+    log:
+        f"{RESULTS}/logs/report/select_best_lr.log",
+    script:
+        "../scripts/select_best_lr.py"
+
+
+rule artifact:
+    input:
+        runs=f"{RESULTS}/tables/runs.csv",
+        best=f"{RESULTS}/tables/best_lr.csv",
+        paper="workflow/resources/paper_numbers.csv",
+    output:
+        table=multiext(f"{FIGURES}/{{artifact}}/{{experiment}}", ".csv", ".md", ".tex", ".json"),
+        png=report(f"{FIGURES}/{{artifact}}/{{experiment}}.png", caption="../report/artifact.rst",
+                   category="{artifact}", subcategory="{experiment}"),
+        pdf=f"{FIGURES}/{{artifact}}/{{experiment}}.pdf",
+    params:
+        report=config["report"],
+        experiment=lambda wc: config["experiments"][wc.experiment],
+    conda:
+        ENV
+    log:
+        f"{RESULTS}/logs/report/{{artifact}}/{{experiment}}.log",
+    script:
+        "../scripts/artifact.py"
+
+
+rule figures_readme:
+    input:
+        [f"{prefix}.json" for name in config["experiments"] for prefix in experiment_artifacts(name)],
+        [f"{prefix}.md" for name in config["experiments"] for prefix in experiment_artifacts(name)],
+    output:
+        report(f"{FIGURES}/README.md", caption="../report/readme.rst", category="index"),
+    conda:
+        ENV
+    log:
+        f"{RESULTS}/logs/report/figures_readme.log",
+    script:
+        "../scripts/figures_readme.py"
