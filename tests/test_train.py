@@ -156,3 +156,23 @@ def test_checkpoint_of_another_cell_is_not_overwritten(tmp_path, data_dir):
     (tmp_path / "run" / "summary.json").unlink()
     r = run_cli(config, tmp_path / "run", "--set", "lr=1e-3")
     assert r.returncode == 2 and "checkpoint of a different cell" in r.stderr
+
+
+def test_lambada_in_the_cell_and_evaluate_cli_from_saved_weights(tmp_path, data_dir):
+    import json
+
+    src = tmp_path / "lambada.jsonl"
+    src.write_text("\n".join(json.dumps({"text": t}) for t in ["to be or not to be that is the question",
+                                                               "all the world is a stage"]))
+    prepare(f"lambada:{src}", "bytes", tmp_path / "lambada")
+    config = cell_file(tmp_path, data_dir, tokens=8 * 32 * 6, save_model=True, lambada_dir=str(tmp_path / "lambada"))
+    r = run_cli(config, tmp_path / "run")
+    assert r.returncode == 0, r.stderr
+    in_cell = json.loads((tmp_path / "run" / "eval.json").read_text())
+    assert in_cell["lambada_examples"] == 2 and in_cell["lambada_ppl"] > 1
+    r = subprocess.run([sys.executable, "-m", "merit_repro.evaluate", "--run", str(tmp_path / "run"), "--lambada-dir",
+                        str(tmp_path / "lambada"), "--out", str(tmp_path / "again.json")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    again = json.loads((tmp_path / "again.json").read_text())
+    assert again["val_loss"] == pytest.approx(in_cell["val_loss"], rel=1e-5)
+    assert again["lambada_ppl"] == pytest.approx(in_cell["lambada_ppl"], rel=1e-5)

@@ -234,7 +234,8 @@ def mal_vs_step(ctx, prefix):
             x, y = _mal_per_step(r.run_dir, layer)
             panel.lines.append(Line(ctx.label(model, r.optimizer), x, y, r.optimizer))
         panels.append(panel)
-    all_layers = Panel(f"every layer (batch {batch})", "layer", "peak MAL over steps", logy=True)
+    all_layers = Panel(f"every layer (batch {batch})", "layer", "peak MAL over steps", logy=True,
+                       xticks=list(range(1, n_layers + 1)))
     rows, peaks = [], {}
     for r in best.itertuples():
         per_layer = mal_by_layer(pd.read_csv(Path(r.run_dir) / "mal.csv"))
@@ -404,7 +405,8 @@ def write_index(verdict_paths, out, config):
              "and a figure (`.png`, `.pdf`) named `<artifact>/<experiment>`. Columns marked `(paper)` hold the "
              "number the paper prints for the same model, optimizer and batch size (mapped through the "
              "experiment's `paper` block of the config); `–` where it prints none.", "",
-             f"Models: {', '.join(f'{k} = {v['model']} (stands for {v.get('paper_model')})' for k, v in config['models'].items())}.",
+             "Models: " + ", ".join(f"{k} = {v['model']} (stands for {v.get('paper_model')})"
+                                    for k, v in config["models"].items()) + ".",
              "At demo scale the models, data and budgets are tiny, so the numbers are not comparable with the paper's "
              "in value; the claims are checked for direction only.", "",
              "| artifact | experiment | reproduces | claim | result |", "|---|---|---|---|---|"]

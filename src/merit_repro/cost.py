@@ -9,6 +9,8 @@ experiments trains once). Evaluation and the MAL probe are not counted (a few pe
 """
 
 import argparse
+import functools
+import json
 import sys
 from collections import defaultdict
 
@@ -21,14 +23,21 @@ from .tokenizers import TOKENIZERS
 
 
 def flops_per_token(config, model_key):
+    """(training FLOPs per token, parameters) of a model variant of the config."""
     settings = grid.cell_config(config, model_key, 1, "adamw", 1, 1e-3, 0)
     tokenizer = config["data"][config["models"][model_key]["data"]]["tokenizer"]
-    vocab = padded_vocab_size(TOKENIZERS[tokenizer].vocab_size)
-    block = settings.get("block_size", 1024)
+    shape = {k: settings.get(k) for k in ("model", "n_layer", "n_head", "n_embd", "qk_norm")}
+    shape.update(block_size=settings.get("block_size", 1024), vocab_size=padded_vocab_size(TOKENIZERS[tokenizer].vocab_size))
+    return _model_flops(json.dumps(shape, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=None)
+def _model_flops(shape_json):
+    shape = json.loads(shape_json)
+    overrides = {k: shape[k] for k in ("n_layer", "n_head", "n_embd") if shape.get(k)}
     with torch.device("meta"):
-        overrides = {k: settings[k] for k in ("n_layer", "n_head", "n_embd") if settings.get(k)}
-        model = GPT(GPTConfig.named(settings["model"], block_size=block, vocab_size=vocab,
-                                    qk_norm=settings.get("qk_norm", False), **overrides))
+        model = GPT(GPTConfig.named(shape["model"], block_size=shape["block_size"], vocab_size=shape["vocab_size"],
+                                    qk_norm=bool(shape.get("qk_norm")), **overrides))
     return model.flops_per_token(), model.num_params()
 
 

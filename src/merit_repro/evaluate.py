@@ -69,6 +69,7 @@ def main(argv=None):
     parser.add_argument("--run", required=True, type=Path, help="a finished run directory with model.pt")
     parser.add_argument("--lambada-dir", type=Path, default=None)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--batch-size", type=int, default=8, help="validation windows per forward pass")
     parser.add_argument("--out", type=Path, default=None, help="default: RUN/eval.json")
     args = parser.parse_args(argv)
     weights = args.run / "model.pt"
@@ -80,7 +81,7 @@ def main(argv=None):
     model = GPT(GPTConfig(**summary["model_config"])).to(args.device)
     model.load_state_dict(torch.load(weights, map_location=args.device, weights_only=True))
     meta = verify(cfg.data_dir, tokenizer=cfg.tokenizer)
-    total, count = validation_loss(model, cfg.data_dir, meta, cfg.block_size, cfg.eval_tokens, cfg.mal_batch * 4,
+    total, count = validation_loss(model, cfg.data_dir, meta, cfg.block_size, cfg.eval_tokens, args.batch_size,
                                    args.device)
     result = {"val_loss": total.item() / count, "val_tokens": count}
     if args.lambada_dir:

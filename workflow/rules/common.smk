@@ -12,6 +12,7 @@ grid.validate(config)
 
 PYTHON = sys.executable  # the interpreter running Snakemake, so jobs see the same packages
 ENV = "../../environment.yml"  # with --use-conda (sdm conda); relative to the rule files
+PAPER_NUMBERS = str(Path(workflow.basedir) / "workflow" / "resources" / "paper_numbers.csv")
 RESULTS = config["results"]
 FIGURES = config["figures"]
 CELL = "{model}/{tokens}/{optimizer}/bs{batch}/lr{lr}/seed{seed}"

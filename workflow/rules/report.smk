@@ -36,7 +36,7 @@ rule artifact:
     input:
         runs=f"{RESULTS}/tables/runs.csv",
         best=f"{RESULTS}/tables/best_lr.csv",
-        paper="workflow/resources/paper_numbers.csv",
+        paper=PAPER_NUMBERS,
     output:
         table=multiext(f"{FIGURES}/{{artifact}}/{{experiment}}", ".csv", ".md", ".tex", ".json"),
         png=report(f"{FIGURES}/{{artifact}}/{{experiment}}.png", caption="../report/artifact.rst",
