@@ -8,7 +8,11 @@ from snakemake.utils import min_version, validate
 min_version("9.0")
 
 
-configfile: "config/config.yaml"
+# The demo config is the default; a --configfile replaces it instead of being merged into it.
+if not workflow.overwrite_configfiles:
+
+    configfile: "config/config.yaml"
+
 
 
 validate(config, "workflow/schemas/config.schema.yaml")

@@ -18,7 +18,8 @@ ARTIFACT_FILES = (".csv", ".md", ".tex", ".json", ".png", ".pdf")
 
 
 def copy_workflow(dest):
-    for name in ["Snakefile", "workflow", "config", "src"]:
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in ["Snakefile", "workflow", "config", "src", "environment.yml"]:
         src = REPO / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, dest / name)
     return dest

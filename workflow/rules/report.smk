@@ -1,5 +1,13 @@
 # Runs -> tables/best_lr.csv -> the paper's artifacts in paper_figures/ (small files only, no checkpoints).
 
+# Seconds of work each: on a cluster they run where Snakemake runs instead of waiting in the queue.
+localrules:
+    collect_runs,
+    select_best_lr,
+    artifact,
+    figures_readme,
+
+
 
 rule collect_runs:
     input:
