@@ -77,7 +77,7 @@ def cluster_up():
         r = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired):
         return False
-    return r.returncode == 0 and "idle" in r.stdout or "mix" in r.stdout or "alloc" in r.stdout
+    return r.returncode == 0 and any(state in r.stdout for state in ("idle", "mix", "alloc"))
 
 
 @pytest.fixture(scope="module")

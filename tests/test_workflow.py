@@ -72,6 +72,13 @@ def test_a_cell_shared_by_experiments_trains_once(finished):
     assert len(runs) == len(grid.all_cells(config)) == 7
 
 
+def test_report_has_a_caption_for_every_artifact(finished):
+    r = snakemake(finished, "--report", "report.html")
+    assert r.returncode == 0, r.stderr[-2000:]
+    html = (finished / "report.html").read_text(errors="replace")
+    assert "Figure 2: max attention logit" in html and "Figure 6b" in html
+
+
 def test_nothing_to_do_after_a_complete_run(finished):
     r = snakemake(finished, "-n")
     assert r.returncode == 0 and "Nothing to be done" in r.stdout + r.stderr

@@ -68,12 +68,13 @@ def experiment_cells(config, name):
 
 
 def all_cells(config):
-    """Every distinct cell of the config, with the experiments that use it."""
+    """Every distinct cell of the config, with the experiments that use it, in an order that does not
+    depend on the order of keys in the config (rule params are compared as text)."""
     cells = {}
-    for name in config["experiments"]:
+    for name in sorted(config["experiments"]):
         for cell in experiment_cells(config, name):
             cells.setdefault(cell, []).append(name)
-    return cells
+    return dict(sorted(cells.items()))
 
 
 def data_dir(config, data_key):
@@ -101,7 +102,17 @@ def cell_config(config, model, tokens, optimizer, batch, lr, seed):
     )
     if "betas" in settings:
         settings["betas"] = list(settings["betas"])
-    return settings
+    return sorted_dict(settings)
+
+
+def sorted_dict(obj):
+    """obj with every dict's keys sorted: Snakemake compares params by their text, so the order of keys in a
+    config file must not make a cell look changed (and retrain it)."""
+    if isinstance(obj, dict):
+        return {k: sorted_dict(obj[k]) for k in sorted(obj, key=str)}
+    if isinstance(obj, (list, tuple)):
+        return [sorted_dict(v) for v in obj]
+    return obj
 
 
 def model_gpus(config, model):

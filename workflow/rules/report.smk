@@ -51,8 +51,8 @@ rule artifact:
                    category="{artifact}", subcategory="{experiment}"),
         pdf=f"{FIGURES}/{{artifact}}/{{experiment}}.pdf",
     params:
-        report=config["report"],
-        experiment=lambda wc: config["experiments"][wc.experiment],
+        report=grid.sorted_dict(config["report"]),
+        experiment=lambda wc: grid.sorted_dict(config["experiments"][wc.experiment]),
     conda:
         ENV
     log:
