@@ -143,7 +143,7 @@ def metric_vs_batch(ctx, prefix, metric, column, table, ylabel, reproduces, logy
                 row[f"{ctx.label(model, opt)} (paper)"] = ctx.paper_value(table, model, opt, batch, metric)
             rows.append(row)
         largest = ctx.largest_batch(model)
-        at_largest = {opt: rows[-1].get(opt) for opt in ctx.optimizers()}
+        at_largest = {opt: rows[-1].get(ctx.label(model, opt)) for opt in ctx.optimizers()}
         verdicts.append(_merit_best_at(at_largest, f"{model} at batch {largest}"))
     ctx.figure(panels, prefix, f"{ylabel} vs batch size ({ctx.experiment})")
     held = [h for h, _ in verdicts if h is not None]

@@ -107,6 +107,11 @@ class CellConfig:
             raise ValueError("invalid cell config:\n  " + "\n  ".join(problems))
         return self
 
+    @classmethod
+    def from_dict(cls, d):
+        """A CellConfig from to_dict()'s output (summary.json) or a workflow cell dict."""
+        return cls(**{**d, "betas": tuple(d.get("betas", cls.betas))})
+
     def to_dict(self):
         d = asdict(self)
         d["betas"] = list(self.betas)

@@ -77,7 +77,7 @@ def main(argv=None):
         print(f"error: {weights} not found; train the cell with save_model: true", file=sys.stderr)
         return 2
     summary = read_json(args.run / "summary.json")
-    cfg = CellConfig(**{**summary["config"], "betas": tuple(summary["config"]["betas"])})
+    cfg = CellConfig.from_dict(summary["config"])
     model = GPT(GPTConfig(**summary["model_config"])).to(args.device)
     model.load_state_dict(torch.load(weights, map_location=args.device, weights_only=True))
     meta = verify(cfg.data_dir, tokenizer=cfg.tokenizer)

@@ -179,8 +179,8 @@ def validate(config):
             continue
         for cell in cells[:1] + cells[-1:]:
             try:
-                CellConfig(**{**cell_config(config, cell.model, cell.tokens, cell.optimizer, cell.batch, cell.lr,
-                                            cell.seed), "betas": (0.9, 0.95)}).validate()
+                CellConfig.from_dict(cell_config(config, cell.model, cell.tokens, cell.optimizer, cell.batch,
+                                                 cell.lr, cell.seed)).validate()
             except (TypeError, ValueError) as err:
                 problems.append(f"{where} (cell {cell.path('results')}): {err}")
     if problems:

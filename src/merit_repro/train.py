@@ -405,8 +405,7 @@ def train(cfg: CellConfig, out_dir):
     summary_path = out_dir / "summary.json"
     if summary_path.exists():
         summary = read_json(summary_path)
-        if result_config(CellConfig(**{**summary["config"], "betas": tuple(summary["config"]["betas"])})) \
-                == result_config(cfg):
+        if result_config(CellConfig.from_dict(summary["config"])) == result_config(cfg):
             print(f"[train] {out_dir} is already complete ({summary['status']}); nothing to do", flush=True)
             return summary
         raise ValueError(f"{out_dir} holds a finished run of a different cell; use another --out or delete it")

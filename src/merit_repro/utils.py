@@ -1,6 +1,7 @@
 """Small helpers shared by the CLIs: atomic files, versions, provenance (torch imported only where used,
 so the job launcher starts fast)."""
 
+import functools
 import json
 import os
 import platform
@@ -58,6 +59,7 @@ def library_versions():
     return versions
 
 
+@functools.lru_cache(maxsize=None)
 def git_commit():
     """The code version: the commit of this checkout, '+dirty' when it has uncommitted changes."""
     root = Path(__file__).resolve().parents[2]
