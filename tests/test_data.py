@@ -114,7 +114,11 @@ def test_windows_and_validation_offsets():
     tokens = np.arange(1000, dtype=np.uint16)
     x, y = data.windows(tokens, [0, 10], 8)
     assert x.shape == (2, 8) and (y - x == 1).all() and x[1, 0] == 10
-    assert list(data.validation_offsets(1000, 100, 350)) == [0, 100, 200]
+    assert list(data.validation_offsets(1000, 100, 350)) == [0, 333, 666]     # spread over the split
+    assert list(data.validation_offsets(1000, 100, 10**6)) == [0, 111, 222, 333, 444, 555, 666, 777, 888]
+    for n, block, budget in [(1000, 100, 350), (1001, 100, 10**6), (5000, 64, 4096)]:
+        offsets = data.validation_offsets(n, block, budget)
+        assert (np.diff(offsets) >= block).all() and offsets[-1] + block + 1 <= n
     with pytest.raises(DataError, match="block_size"):
         data.batch_offsets(50, 64, 2, 0, 0)
 

@@ -73,3 +73,22 @@ def test_lr_schedule_warmup_then_cosine_to_min():
     assert cfg.lr_at(int(mid)) == pytest.approx(1e-4 + 0.5 * (1 + math.cos(math.pi * (int(mid) - 10) / 89)) * 9e-4)
     lrs = [cfg.lr_at(s) for s in range(10, 100)]
     assert all(a >= b for a, b in zip(lrs, lrs[1:]))
+
+
+def test_attention_is_causal():
+    """Changing the tokens after position t leaves every output up to t unchanged (and changes the rest)."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=16, block_size=12, vocab_size=64))
+    x = torch.randint(0, 64, (2, 12))
+    y = x.clone()
+    y[:, 7:] = (y[:, 7:] + 1 + torch.randint(0, 62, y[:, 7:].shape)) % 64
+    with torch.no_grad():
+        a, _ = model(x)
+        b, _ = model(y)
+    assert torch.equal(a[:, :7], b[:, :7])
+    assert not torch.allclose(a[:, 7:], b[:, 7:])
+
+
+def test_no_warmup_means_the_peak_lr_from_the_first_step():
+    cfg = CellConfig(lr=1e-3, batch_size=1, block_size=1, tokens=100, warmup_frac=0.0, min_lr_frac=0.1)
+    assert cfg.warmup_steps == 0 and cfg.lr_at(0) == pytest.approx(1e-3)

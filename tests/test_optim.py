@@ -235,3 +235,33 @@ def test_param_groups_decay_matrices_only():
     assert [g["weight_decay"] for g in groups] == [0.1, 0.0]
     groups = param_groups(model, 0.1, no_decay=("2.",))
     assert [len(g["params"]) for g in groups] == [1, 4]
+
+
+@pytest.mark.parametrize("foreach", [False, True])
+@pytest.mark.parametrize("name", ["merit", "lamb", "merit_nofloor", "maxlamb"])
+def test_many_chunks_and_rows_without_update_match_the_reference(name, foreach):
+    """Tensors spanning dozens of chunks of the chunked path, with rows whose update is zero (no gradient,
+    no decay) while their weights are not: a bug in the chunk helpers that both paths share shows here."""
+    gen = torch.Generator().manual_seed(1)
+    shapes = {"long": (300, 7), "wide": (5, 90), "cube": (40, 6, 3)}
+    params = {n: torch.nn.Parameter(torch.randn(s, generator=gen, dtype=torch.float64)) for n, s in shapes.items()}
+    masks = {n: torch.ones(s, dtype=torch.float64) for n, s in shapes.items()}
+    masks["long"][[0, 17, 150, 299]] = 0     # rows that never get a gradient, weights non-zero
+    masks["cube"][[3, 39]] = 0
+    grads = [{n: torch.randn(p.shape, generator=gen, dtype=torch.float64) * masks[n] for n, p in params.items()}
+             for _ in range(10)]
+    kind, switches = VARIANTS[name]
+    reference = {}
+    for n, p in params.items():
+        w, m, v = p.detach().clone(), torch.zeros_like(p), torch.zeros_like(p)
+        for t in range(10):
+            w, m, v = reference_step(kind, w, grads[t][n], m, v, t + 1, lr=HP["lr"], beta1=HP["betas"][0],
+                                     beta2=HP["betas"][1], eps=HP["eps"], weight_decay=0.0, **switches)
+        reference[n] = w
+    opt = build(name, list(params.values()), weight_decay=0.0, foreach=foreach, chunk_numel=64, **HP)
+    for t in range(10):
+        for n, p in params.items():
+            p.grad = grads[t][n].clone()
+        opt.step()
+    assert_close_rel({n: p.detach() for n, p in params.items()}, reference, 1e-9)
+    assert torch.equal(params["long"][0], reference["long"][0])   # moved only by the reference's own rule

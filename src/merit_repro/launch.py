@@ -1,10 +1,17 @@
 """Launch one training cell as the workflow does: cell.yaml beside the run, one process per GPU.
 
-``launch_cell`` writes RUN/cell.yaml, picks the devices (GPU slots on a workstation, the
-scheduler's own on SLURM, CPU when the cell asks for no GPU), starts ``python -m merit_repro.train``
-(``torchrun`` for several GPUs), forwards SIGTERM/SIGINT to it, and returns its exit code.
+    python -m merit_repro.launch --cell '{"model": ...}' --out RUN [--gpus N] [--threads T]
+
+``launch_cell`` writes RUN/cell.yaml and runs ``python -m merit_repro.train`` on it: for a CPU cell
+in a warm trainer forked for it (merit_repro.warmstart, no start-up cost), else in a new process;
+``torchrun`` for several GPUs. On a workstation it takes GPU slots first (merit_repro.gpu_slots);
+under SLURM the scheduler has chosen the devices. SIGTERM/SIGINT are forwarded to the trainer,
+and its exit code is returned. Only the standard library and PyYAML are imported here, so a job
+starts fast.
 """
 
+import argparse
+import json
 import os
 import signal
 import subprocess
@@ -14,33 +21,42 @@ from pathlib import Path
 
 import yaml
 
+from . import warmstart
 from .gpu_slots import gpu_slots
-from .utils import atomic_write_bytes
+from .utils import atomic_write_bytes, cli
+
+
+def train_argv(config_path, out_dir):
+    return ["--config", str(config_path), "--out", str(out_dir)]
 
 
 def train_command(config_path, out_dir, gpus):
-    train = ["-m", "merit_repro.train", "--config", str(config_path), "--out", str(out_dir)]
+    train = ["-m", "merit_repro.train", *train_argv(config_path, out_dir)]
     if gpus > 1:
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(gpus), *train]
     return [sys.executable, *train]
 
 
-def launch_cell(cell, out_dir, gpus=0, threads=1, log_path=None):
+def launch_cell(cell, out_dir, gpus=0, threads=1):
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     cell = {**cell, "device": "cpu" if gpus == 0 else cell.get("device", "auto")}
     config_path = out_dir / "cell.yaml"
     atomic_write_bytes(config_path, yaml.safe_dump(cell, sort_keys=True).encode())
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
-    log = open(log_path, "a") if log_path else None
-    say = (lambda msg: print(msg, file=log, flush=True)) if log else print
+    if warmstart.enabled(gpus):
+        code = warmstart.run_train(train_argv(config_path, out_dir), env, started=lambda pid: print(
+            f"[launch] training in a process forked from the warm trainer (pid {pid})", flush=True))
+        if code is not None:
+            return code
+        print("[launch] no warm trainer could be reached; starting a new process", flush=True)
     scheduler_assigns_gpus = "SLURM_JOB_ID" in os.environ
-    slots = gpu_slots(gpus, log=say) if gpus > 0 and not scheduler_assigns_gpus else nullcontext(None)
+    slots = gpu_slots(gpus) if gpus > 0 and not scheduler_assigns_gpus else nullcontext(None)
     with slots as devices:
         if devices is not None:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
-            say(f"[launch] GPU slots {','.join(devices)}")
-        proc = subprocess.Popen(train_command(config_path, out_dir, gpus), env=env, stdout=log, stderr=log)
+            print(f"[launch] GPU slots {','.join(devices)}", flush=True)
+        proc = subprocess.Popen(train_command(config_path, out_dir, gpus), env=env)
         forward = lambda signum, frame: proc.send_signal(signum)  # noqa: E731
         previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
@@ -48,5 +64,20 @@ def launch_cell(cell, out_dir, gpus=0, threads=1, log_path=None):
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
-            if log:
-                log.close()
+
+
+@cli
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m merit_repro.launch", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cell", required=True, help="the cell's settings as JSON (merit_repro.cell.CellConfig keys)")
+    parser.add_argument("--out", required=True, type=Path, help="run directory")
+    parser.add_argument("--gpus", type=int, default=0, help="GPUs of the cell (0: CPU; more than 1: torchrun)")
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads of the trainer")
+    args = parser.parse_args(argv)
+    code = launch_cell(json.loads(args.cell), args.out, args.gpus, args.threads)
+    return code if code >= 0 else 128 - code   # killed by a signal: the shell's convention
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -17,9 +17,9 @@ MODEL_SIZES = {
     "gpt2-small": dict(n_layer=12, n_head=12, n_embd=768),
     "gpt2-medium": dict(n_layer=24, n_head=16, n_embd=1024),
     "gpt2-large": dict(n_layer=36, n_head=20, n_embd=1280),
-    "demo-tiny": dict(n_layer=2, n_head=2, n_embd=64, block_size=128),
-    "demo-small": dict(n_layer=4, n_head=4, n_embd=96, block_size=128),
-    "demo-medium": dict(n_layer=6, n_head=4, n_embd=128, block_size=128),
+    "demo-tiny": dict(n_layer=2, n_head=2, n_embd=64, block_size=128),     # 0.12M params with a byte vocabulary
+    "demo-small": dict(n_layer=4, n_head=2, n_embd=48, block_size=128),    # 0.13M: deeper at the same cost
+    "demo-medium": dict(n_layer=4, n_head=2, n_embd=64, block_size=128),   # 0.22M
 }
 
 

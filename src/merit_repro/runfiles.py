@@ -1,8 +1,13 @@
-"""The files of one run directory: append-only CSV logs that a resumed run rewinds, and the text log."""
+"""The files of one run directory: its lock, append-only CSV logs that a resumed run rewinds, the text log."""
 
+import fcntl
 import math
 import os
+import socket
+import time
 from pathlib import Path
+
+from .utils import UserError
 
 METRICS_COLUMNS = ["step", "tokens", "lr", "train_loss", "val_loss", "grad_norm", "tokens_per_s",
                    "clip_fraction", "floor_fraction"]
@@ -20,6 +25,41 @@ def _format(value):
     return str(value)
 
 
+class RunLocked(UserError):
+    pass
+
+
+class RunLock:
+    """An exclusive lock on a run directory, held for the life of the process that trains it: a second
+    trainer on the same cell (another Snakemake, a manual run) stops at once and names the holder. The
+    kernel releases it when the process ends, however it ends."""
+
+    def __init__(self, run_dir):
+        self.run_dir = Path(run_dir)
+        self.file = None
+
+    def acquire(self):
+        self.file = open(self.run_dir / ".lock", "a+")
+        try:
+            fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.file.seek(0)
+            holder = self.file.read().strip() or "another process"
+            self.file.close()
+            raise RunLocked(f"{self.run_dir} is being trained by {holder}; wait for it to finish (or stop it), "
+                            "then run again") from None
+        self.file.seek(0)
+        self.file.truncate()
+        self.file.write(f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        self.file.flush()
+        return self
+
+    def release(self):
+        if self.file:
+            self.file.close()
+            self.file = None
+
+
 class CsvLog:
     """A CSV file written row by row. Its text up to a step is kept in that step's checkpoint, and
     ``start(text)`` restores it on resume: a resumed run rewrites exactly the rows it repeats, even
@@ -31,8 +71,12 @@ class CsvLog:
 
     def start(self, text=None):
         tmp = self.path.with_name(f".{self.path.name}.tmp")
-        tmp.write_text(text if text is not None else ",".join(self.columns) + "\n")
-        os.replace(tmp, self.path)
+        try:
+            tmp.write_text(text if text is not None else ",".join(self.columns) + "\n")
+            os.replace(tmp, self.path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
 
     def snapshot(self):
         return self.path.read_text()

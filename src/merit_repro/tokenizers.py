@@ -12,12 +12,14 @@ from pathlib import Path
 
 import numpy as np
 
+from .utils import UserError
+
 GPT2_TIKTOKEN_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
 GPT2_EOT = 50256
 TOKENIZER_FILE_ENV = "MERIT_GPT2_TIKTOKEN"
 
 
-class TokenizerUnavailable(RuntimeError):
+class TokenizerUnavailable(UserError):
     pass
 
 

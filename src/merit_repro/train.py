@@ -34,11 +34,13 @@ import yaml
 
 from . import data
 from .cell import CellConfig, load_cell_config
+from .divergence import DivergenceRule, new_state
 from .evaluate import lambada, validation_loss
 from .model import GPT, GPTConfig, padded_vocab_size
 from .optim import build, param_groups
-from .runfiles import DIAGNOSTICS_COLUMNS, MAL_COLUMNS, METRICS_COLUMNS, CsvLog, TextLog
-from .utils import atomic_torch_save, atomic_write_json, describe_device, git_commit, library_versions, read_json
+from .runfiles import DIAGNOSTICS_COLUMNS, MAL_COLUMNS, METRICS_COLUMNS, CsvLog, RunLock, TextLog
+from .utils import (UserError, atomic_torch_save, atomic_write_json, cli, describe_device, git_commit,
+                    library_versions, read_json)
 
 # Keys that choose resources, not results: a run may resume under different values of these.
 RESOURCE_KEYS = {"micro_batch_size", "device", "compile", "checkpoint_every", "keep_checkpoint", "save_model",
@@ -113,7 +115,11 @@ def fit_micro_batch(cfg, model, per_rank_batch, device, autocast):
 
 
 def rng_state():
-    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    """Every RNG's state as tensors and plain data (a checkpoint loads with weights_only=True)."""
+    kind, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(),
+             "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                       "has_gauss": int(has_gauss), "cached_gaussian": float(cached_gaussian)}}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -121,7 +127,9 @@ def rng_state():
 
 def set_rng_state(state):
     torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
+    n = state["numpy"]
+    np.random.set_state((n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"],
+                         n["cached_gaussian"]))
     random.setstate(state["python"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -135,11 +143,27 @@ def save_checkpoint(path, cfg, step, model, optimizer, loop, logs):
 
 
 def load_checkpoint(path, cfg):
-    ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    """The checkpoint at path: tensors and plain data only (weights_only), or an error saying how to go on."""
+    import pickle
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        if not isinstance(ckpt, dict) or not {"config", "step", "model", "optimizer", "rng", "loop", "logs"} <= set(ckpt):
+            raise ValueError("it is not a checkpoint of merit_repro.train")
+    except pickle.UnpicklingError:
+        raise UserError(f"{path} holds objects other than tensors and plain data, which a checkpoint of "
+                        "merit_repro.train never does, so it was not loaded; delete it to start the cell over") from None
+    except (RuntimeError, EOFError, ValueError, OSError, AttributeError) as err:
+        reason = str(err).splitlines()[0][:200] if str(err) else "truncated"
+        raise UserError(f"{path} cannot be read as a checkpoint ({type(err).__name__}: {reason}); delete it to start "
+                        "the cell over, or restore it") from None
     if ckpt["config"] != result_config(cfg):
         changed = sorted(k for k in ckpt["config"] if ckpt["config"][k] != result_config(cfg).get(k))
-        raise ValueError(f"{path} is a checkpoint of a different cell (keys {changed} differ); "
-                         "delete it to start over, or use another --out")
+        raise UserError(f"{path} is a checkpoint of a different cell (keys {changed} differ); "
+                        "delete it to start over, or use another --out")
     return ckpt
 
 
@@ -211,9 +235,9 @@ class Run:
         return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
 
     def train_step(self, step):
-        lr = self.cfg.lr_at(step)
         for group in self.optimizer.param_groups:
-            group["lr"] = lr
+            group["lr"] = self.cfg.lr_at(step)
+        lr = self.optimizer.param_groups[0]["lr"]   # logged as the optimizer has it, not as the schedule says
         loss_sum = torch.zeros((), device=self.device)
         for micro_step in range(self.accum):
             x, y = self.batch(step, micro_step)
@@ -274,8 +298,8 @@ class Run:
 
     def resume(self):
         """(start step, loop state, CSV texts): from the checkpoint when there is one, else a fresh start."""
-        loop = {"first_loss": None, "best_val_loss": None, "last_val_loss": None, "train_seconds": 0.0,
-                "probe_seconds": 0.0, "eval_seconds": 0.0}
+        loop = {"divergence": new_state(), "initial_val_loss": None, "best_val_loss": None, "last_val_loss": None,
+                "train_seconds": 0.0, "probe_seconds": 0.0, "eval_seconds": 0.0}
         if not self.ckpt_path.exists():
             return 0, loop, {}
         ckpt = load_checkpoint(self.ckpt_path, self.cfg)
@@ -295,10 +319,11 @@ class Run:
             signal.signal(signum, self._on_signal)
         if start_step == 0:
             self.record(0, loop, lr=cfg.lr_at(0), train_loss=None, grad_norm=None, step_seconds=None, evaluate=True)
-        status = "ok"
+        divergence = DivergenceRule(cfg.divergence_factor, cfg.divergence_window, cfg.spike_factor, cfg.steps)
+        reason = None
         for step in range(start_step, cfg.steps):
             done = step + 1
-            evaluate_now = done % cfg.eval_every == 0 or done == cfg.steps
+            evaluate_now = done % cfg.eval_interval == 0 or done == cfg.steps
             if hasattr(self.optimizer, "track_diagnostics"):
                 self.optimizer.track_diagnostics = evaluate_now
             t0 = time.perf_counter()
@@ -307,12 +332,9 @@ class Run:
                 torch.cuda.synchronize()
             step_seconds = time.perf_counter() - t0
             loop["train_seconds"] += step_seconds
-            loop["first_loss"] = loop["first_loss"] or train_loss
-            diverged = not math.isfinite(train_loss) or train_loss > cfg.divergence_factor * loop["first_loss"]
-            self.record(done, loop, lr, train_loss, grad_norm, step_seconds, evaluate_now or diverged)
-            if diverged:
-                self.log(f"diverged at step {done}: train loss {train_loss} (first loss {loop['first_loss']:.4f})")
-                status = "diverged"
+            reason = divergence.update(loop["divergence"], train_loss)
+            self.record(done, loop, lr, train_loss, grad_norm, step_seconds, evaluate_now or reason is not None)
+            if reason:
                 break
             stop = float(all_reduce(float(self.stop_signal is not None), self.device, dist.ReduceOp.MAX)
                          if self.world_size > 1 else float(self.stop_signal is not None))
@@ -322,7 +344,10 @@ class Run:
                 if stop:
                     self.log(f"stopped by signal after step {done}; checkpoint saved, rerun to resume")
                     raise Stop(EXIT_CODES.get(self.stop_signal, 143))
-        return self.finish(status, loop)
+        reason = reason or divergence.final(loop["initial_val_loss"], loop["last_val_loss"])
+        if reason:
+            self.log(f"diverged: {reason}")
+        return self.finish("diverged" if reason else "ok", reason, loop)
 
     def record(self, step, loop, lr, train_loss, grad_norm, step_seconds, evaluate):
         cfg = self.cfg
@@ -336,6 +361,8 @@ class Run:
             row["val_loss"] = self.evaluate()
             loop["eval_seconds"] += time.perf_counter() - t0
             loop["last_val_loss"] = row["val_loss"]
+            if step == 0:
+                loop["initial_val_loss"] = row["val_loss"]
             if math.isfinite(row["val_loss"]):
                 loop["best_val_loss"] = min(loop["best_val_loss"] or math.inf, row["val_loss"])
             message += f" | val {row['val_loss']:.4f}"
@@ -354,7 +381,7 @@ class Run:
             self.metrics.write([row])
         self.log(message)
 
-    def finish(self, status, loop):
+    def finish(self, status, reason, loop):
         cfg = self.cfg
         steps_done = read_last_step(self.out / "metrics.csv") if self.master else None
         result = {"val_loss": loop["last_val_loss"], "val_tokens": None}
@@ -367,8 +394,11 @@ class Run:
         tokens = (steps_done or 0) * cfg.tokens_per_step
         tokens_per_s = tokens / loop["train_seconds"] if loop["train_seconds"] else None
         summary = {
-            "status": status, "final_val_loss": loop["last_val_loss"] if status == "ok" else None,
-            "best_val_loss": loop["best_val_loss"], "steps": steps_done, "planned_steps": cfg.steps,
+            "status": status, "divergence_reason": reason,
+            "final_val_loss": loop["last_val_loss"] if status == "ok" else None,
+            "best_val_loss": loop["best_val_loss"], "initial_val_loss": loop["initial_val_loss"],
+            "eval_interval": cfg.eval_interval,
+            "loss_spikes": loop["divergence"]["loss_spikes"], "steps": steps_done, "planned_steps": cfg.steps,
             "tokens": tokens, "train_seconds": loop["train_seconds"], "eval_seconds": loop["eval_seconds"],
             "mal_probe_seconds": loop["probe_seconds"], "tokens_per_s": tokens_per_s,
             "mfu": (tokens_per_s * self.model.flops_per_token() / (cfg.peak_flops * self.world_size)
@@ -402,21 +432,25 @@ def read_last_step(metrics_path):
 def train(cfg: CellConfig, out_dir):
     """Run (or resume, or skip when already complete) one cell; returns its summary."""
     out_dir = Path(out_dir)
-    summary_path = out_dir / "summary.json"
-    if summary_path.exists():
-        summary = read_json(summary_path)
-        if result_config(CellConfig.from_dict(summary["config"])) == result_config(cfg):
-            print(f"[train] {out_dir} is already complete ({summary['status']}); nothing to do", flush=True)
-            return summary
-        raise ValueError(f"{out_dir} holds a finished run of a different cell; use another --out or delete it")
-    run = Run(cfg, out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lock = RunLock(out_dir).acquire() if int(os.environ.get("RANK", "0")) == 0 else None
     try:
-        return run.run()
+        summary_path = out_dir / "summary.json"
+        if summary_path.exists():
+            summary = read_json(summary_path)
+            if result_config(CellConfig.from_dict(summary["config"])) == result_config(cfg):
+                print(f"[train] {out_dir} is already complete ({summary['status']}); nothing to do", flush=True)
+                return summary
+            raise UserError(f"{out_dir} holds a finished run of a different cell; use another --out or delete it")
+        return Run(cfg, out_dir).run()
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+        if lock:
+            lock.release()
 
 
+@cli
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m merit_repro.train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -424,16 +458,13 @@ def main(argv=None):
     parser.add_argument("--out", type=Path, required=True, help="run directory (created; resumed when it exists)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     args = parser.parse_args(argv)
+    cfg = load_cell_config(args.config, args.set)
+    for item in args.set:
+        print(f"[train] override: {item}", flush=True)
     try:
-        cfg = load_cell_config(args.config, args.set)
-        for item in args.set:
-            print(f"[train] override: {item}", flush=True)
         train(cfg, args.out)
     except Stop as stop:
         return stop.args[0]
-    except (ValueError, data.DataError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
     return 0
 
 

@@ -1,14 +1,20 @@
-# Helpers: config checks, wildcard constraints, the grid of cells, input functions, final targets.
+# Helpers: config checks, wildcard constraints, the grid of cells, tuning rounds, input functions, final targets.
+import json
 import re
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))  # run from a checkout without installing
 
+from snakemake.exceptions import WorkflowError
+
 from merit_repro import grid
 from merit_repro.optim import OPTIMIZERS
 
-grid.validate(config)
+try:
+    grid.validate(config)
+except ValueError as err:   # the key path and the fix, without a traceback
+    raise WorkflowError(str(err)) from None
 
 PYTHON = sys.executable  # the interpreter running Snakemake, so jobs see the same packages
 ENV = "../../environment.yml"  # with --use-conda (sdm conda); relative to the rule files
@@ -16,8 +22,10 @@ PAPER_NUMBERS = str(Path(workflow.basedir) / "workflow" / "resources" / "paper_n
 RESULTS = config["results"]
 FIGURES = config["figures"]
 CELL = "{model}/{tokens}/{optimizer}/bs{batch}/lr{lr}/seed{seed}"
-CELLS = grid.all_cells(config)
+GROUP = "{experiment}/{model}/{optimizer}/bs{batch}"
+GROUPS = grid.all_groups(config)
 RUN_FILES = ["summary.json", "eval.json", "metrics.csv", "mal.csv", "diagnostics.csv"]
+MAX_TUNING_ROUNDS = 1000  # far above what any grid needs: each round adds at least one new cell
 
 
 def _alternatives(names):
@@ -34,6 +42,7 @@ wildcard_constraints:
     dataset=_alternatives(config["data"]),
     experiment=_alternatives(config["experiments"]),
     artifact=_alternatives(grid.ARTIFACTS),
+    round=r"[0-9]+",
 
 
 def run_dir(cell):
@@ -43,6 +52,16 @@ def run_dir(cell):
 def cell_settings(wildcards):
     return grid.cell_config(config, wildcards.model, wildcards.tokens, wildcards.optimizer, wildcards.batch,
                             wildcards.lr, wildcards.seed)
+
+
+def prepare_args(dataset, out, threads):
+    """The data CLI's arguments for one corpus, as a list: each is quoted for the shell, none is run by it."""
+    spec = config["data"][dataset]
+    args = ["--dataset", spec["dataset"], "--tokenizer", spec["tokenizer"], "--out", out, "--num-proc", str(threads)]
+    for key in ("max_train_tokens", "val_fraction", "seed", "tokenizer_file"):
+        if spec.get(key) is not None:
+            args += [f"--{key.replace('_', '-')}", str(spec[key])]
+    return args
 
 
 def cell_data(wildcards):
@@ -59,8 +78,68 @@ def cell_runtime_minutes(wildcards):
     return grid.runtime_minutes(config, wildcards.model, wildcards.tokens)
 
 
-def all_run_files():
-    return [f"{run_dir(cell)}/{name}" for cell in sorted(CELLS) for name in RUN_FILES]
+# ---------------------------------------------------------------- LR tuning (merit_repro.tuning)
+# Each group (experiment, model, optimizer, batch) is tuned in rounds: round k's checkpoint job reads the
+# results of the cells trained so far and decides the next cells (a grid extension, claim seeds) or that
+# the group is done. Every group walks its own rounds, so groups are tuned in parallel.
+
+
+def group_of(wildcards):
+    return GROUPS[(wildcards.experiment, wildcards.model, wildcards.optimizer, int(wildcards.batch))]
+
+
+def cell_dir(group, lr, seed):
+    return grid.Cell(group.model, group.tokens, group.optimizer, group.batch, lr, int(seed)).path(RESULTS)
+
+
+def previous_decision(wildcards, round_):
+    """What round round_ - 1 of the group decided (None before round 0)."""
+    if round_ == 0:
+        return None
+    path = checkpoints.tune_lr.get(**group_of(wildcards).wildcards(), round=round_ - 1).output[0]
+    return json.loads(Path(path).read_text())
+
+
+def round_cells(wildcards, round_):
+    """(lr, seed) of every cell a group has trained before round round_ decides."""
+    decision = previous_decision(wildcards, round_)
+    if decision is None:
+        group = group_of(wildcards)
+        return [(lr, seed) for lr in group.lrs for seed in grid.grid_seeds(config, group.experiment)]
+    return [(c["lr"], c["seed"]) for c in decision["cells"]]
+
+
+def tune_inputs(wildcards):
+    group = group_of(wildcards)
+    return [f"{cell_dir(group, lr, seed)}/summary.json" for lr, seed in round_cells(wildcards, int(wildcards.round))]
+
+
+def tune_spec(wildcards):
+    group, round_ = group_of(wildcards), int(wildcards.round)
+    runs = [[lr, seed, cell_dir(group, lr, seed)] for lr, seed in round_cells(wildcards, round_)]
+    extensions = (previous_decision(wildcards, round_) or {}).get("extensions", [])
+    return json.dumps({**grid.tuning_spec(config, group), "extensions": extensions, "runs": runs}, sort_keys=True)
+
+
+def final_round(wildcards):
+    """The group's last round (the one that says done) and its decision."""
+    group = group_of(wildcards)
+    for round_ in range(MAX_TUNING_ROUNDS):
+        path = checkpoints.tune_lr.get(**group.wildcards(), round=round_).output[0]
+        decision = json.loads(Path(path).read_text())
+        if decision["done"]:
+            return path, decision
+    raise WorkflowError(f"tuning of {group} did not end within {MAX_TUNING_ROUNDS} rounds")
+
+
+def final_runs(wildcards):
+    """Every run file of the cells a tuned group kept."""
+    group, (_, decision) = group_of(wildcards), final_round(wildcards)
+    return [f"{cell_dir(group, c['lr'], c['seed'])}/{name}" for c in decision["cells"] for name in RUN_FILES]
+
+
+def tuned_groups():
+    return [f"{g.path(RESULTS)}/final.json" for g in GROUPS.values()]
 
 
 def experiment_artifacts(name):

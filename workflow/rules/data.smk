@@ -6,13 +6,7 @@ rule prepare_data:
         meta=f"{RESULTS}/data/{{dataset}}/meta.json",
     params:
         python=PYTHON,
-        spec=lambda wc: config["data"][wc.dataset],
-        out=lambda wc: f"{RESULTS}/data/{wc.dataset}",
-        extra=lambda wc: " ".join(
-            f"--{key.replace('_', '-')} {value}"
-            for key, value in config["data"][wc.dataset].items()
-            if key in ("max_train_tokens", "val_fraction", "seed", "tokenizer_file") and value is not None
-        ),
+        args=lambda wc, output, threads: prepare_args(wc.dataset, str(Path(output.meta).parent), threads),
     conda:
         ENV
     log:
@@ -22,5 +16,4 @@ rule prepare_data:
         mem_mb=lambda wc, attempt: 8000 * attempt,
         runtime=lambda wc, attempt: 240 * attempt,
     shell:
-        "{params.python} -m merit_repro.data prepare --dataset {params.spec[dataset]} --tokenizer {params.spec[tokenizer]} "
-        "--out {params.out} --num-proc {threads} {params.extra} > {log} 2>&1"
+        "{params.python:q} -m merit_repro.data prepare {params.args:q} > {log:q} 2>&1"

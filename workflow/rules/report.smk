@@ -1,21 +1,23 @@
-# Runs -> tables/best_lr.csv -> the paper's artifacts in paper_figures/ (small files only, no checkpoints).
+# Tuned groups -> tables/{runs,cells,best_lr}.csv -> the paper's artifacts in paper_figures/ (small files only).
 
 # Seconds of work each: on a cluster they run where Snakemake runs instead of waiting in the queue.
 localrules:
+    tune_lr,
+    tuned_group,
     collect_runs,
     select_best_lr,
     artifact,
     figures_readme,
 
 
-
 rule collect_runs:
     input:
-        all_run_files(),
+        tuned_groups(),
     output:
-        f"{RESULTS}/tables/runs.csv",
+        runs=f"{RESULTS}/tables/runs.csv",
+        cells=f"{RESULTS}/tables/cells.csv",
     params:
-        cells=[(run_dir(cell), vars(cell)) for cell in sorted(CELLS)],
+        results=lambda wc, output: str(Path(output.runs).parents[1]),
         mal_threshold=config["report"].get("mal_threshold", 100),
     conda:
         ENV
@@ -27,11 +29,10 @@ rule collect_runs:
 
 rule select_best_lr:
     input:
-        f"{RESULTS}/tables/runs.csv",
+        decisions=tuned_groups(),
+        runs=f"{RESULTS}/tables/runs.csv",
     output:
         f"{RESULTS}/tables/best_lr.csv",
-    params:
-        cells=[dict(experiment=e, **vars(cell)) for cell, exps in sorted(CELLS.items()) for e in exps],
     conda:
         ENV
     log:
@@ -43,6 +44,7 @@ rule select_best_lr:
 rule artifact:
     input:
         runs=f"{RESULTS}/tables/runs.csv",
+        cells=f"{RESULTS}/tables/cells.csv",
         best=f"{RESULTS}/tables/best_lr.csv",
         paper=PAPER_NUMBERS,
     output:

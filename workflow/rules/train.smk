@@ -1,5 +1,6 @@
 # One job per cell: python -m merit_repro.train (torchrun when the model asks for several GPUs).
 # ckpt.pt lives beside the outputs but is not declared, so a failed or preempted job resumes from it.
+# Then, per group of cells (experiment, model, optimizer, batch), the LR tuning rounds (merit_repro.tuning).
 
 
 rule train:
@@ -12,9 +13,10 @@ rule train:
         mal=f"{RESULTS}/runs/{CELL}/mal.csv",
         diagnostics=f"{RESULTS}/runs/{CELL}/diagnostics.csv",
     params:
-        cell=cell_settings,
+        python=PYTHON,
+        cell=lambda wc: json.dumps(cell_settings(wc), sort_keys=True),
         gpus=lambda wc: grid.model_gpus(config, wc.model),
-        out_dir=lambda wc: f"{RESULTS}/runs/{CELL}".format(**wc),
+        out_dir=lambda wc, output: str(Path(output.summary).parent),
     conda:
         ENV
     log:
@@ -26,5 +28,38 @@ rule train:
         gpu=lambda wc: grid.model_gpus(config, wc.model),
         mem_mb=lambda wc, attempt: 4000 * attempt,
         runtime=lambda wc, attempt: cell_runtime_minutes(wc) * attempt,
-    script:
-        "../scripts/train_cell.py"
+    shell:
+        "{params.python:q} -m merit_repro.launch --cell {params.cell:q} --out {params.out_dir:q} "
+        "--gpus {params.gpus} --threads {threads} > {log:q} 2>&1"
+
+
+# Round k of a group: its cells so far -> the next cells (grid extension, claim seeds) or done.
+checkpoint tune_lr:
+    input:
+        tune_inputs,
+    output:
+        f"{RESULTS}/tuning/{GROUP}/round{{round}}.json",
+    params:
+        python=PYTHON,
+        spec=tune_spec,
+    conda:
+        ENV
+    log:
+        f"{RESULTS}/logs/tuning/{GROUP}/round{{round}}.log",
+    shell:
+        "{params.python:q} -m merit_repro.tuning --spec {params.spec:q} --out {output:q} > {log:q} 2>&1"
+
+
+# The group's final decision, once its last round says done and every cell it kept has finished.
+rule tuned_group:
+    input:
+        decision=lambda wc: final_round(wc)[0],
+        runs=final_runs,
+    output:
+        f"{RESULTS}/tuning/{GROUP}/final.json",
+    conda:
+        ENV
+    log:
+        f"{RESULTS}/logs/tuning/{GROUP}/final.log",
+    shell:
+        "cp {input.decision:q} {output:q} 2> {log:q}"

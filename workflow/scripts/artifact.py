@@ -8,6 +8,6 @@ from pathlib import Path  # noqa: E402
 from merit_repro.artifacts import make  # noqa: E402
 
 verdict = make(snakemake.wildcards.artifact, snakemake.wildcards.experiment, snakemake.config,
-               snakemake.input.runs, snakemake.input.best, snakemake.input.paper,
+               snakemake.input.runs, snakemake.input.cells, snakemake.input.best, snakemake.input.paper,
                Path(snakemake.output.png).with_suffix(""))
 print(verdict)

@@ -1,13 +1,16 @@
-"""runs.csv -> results/tables/best_lr.csv: the best LR per (experiment, model, optimizer, batch) and the grid."""
+"""Tuned groups + runs.csv -> results/tables/best_lr.csv: per (experiment, model, optimizer, batch) the best
+LR, its grid (with extensions) and the run metrics at the best LR over its seeds (merit_repro.tables)."""
+import json
 import sys
 
 sys.stderr = sys.stdout = open(snakemake.log[0], "w")
 
 import pandas as pd  # noqa: E402
 
-from merit_repro.tables import select_best_lr  # noqa: E402
+from merit_repro.tables import best_lr_table  # noqa: E402
 
-runs = pd.read_csv(snakemake.input[0], dtype={"lr": str, "tokens": str})
-best = select_best_lr(runs, pd.DataFrame(snakemake.params.cells))
+decisions = [json.loads(open(path).read()) for path in snakemake.input.decisions]
+runs = pd.read_csv(snakemake.input.runs, dtype={"lr": str, "tokens": str})
+best = best_lr_table(decisions, runs)
 best.to_csv(snakemake.output[0], index=False)
-print(best.to_string())
+print(best.drop(columns="grid").to_string())

@@ -1,0 +1,128 @@
+"""LR tuning decisions (merit_repro.tuning) and the divergence rule (merit_repro.divergence)."""
+
+import math
+
+import pytest
+
+from merit_repro.divergence import DivergenceRule, new_state
+from merit_repro.tuning import canonical, decide, next_point, tune
+
+SPEC = dict(lrs=["1e-3", "2e-3", "4e-3"], grid_seeds=[0], claim_seeds=[0, 1, 2], max_extensions=2,
+            extension_factor=2.0, extensions=[], group={})
+
+
+def bowl(best_lr, floor=3.0):
+    """A loss landscape with its minimum at best_lr (parabola in log LR)."""
+    return lambda lr, seed: floor + 0.1 * math.log(float(lr) / best_lr) ** 2 + 0.001 * seed
+
+
+def trainer(loss, diverged=()):
+    calls = []
+
+    def train(cells):
+        calls.append(list(cells))
+        return {(lr, seed): None if (lr, seed) in diverged or lr in diverged else loss(lr, seed) for lr, seed in cells}
+    return train, calls
+
+
+def test_canonical_and_next_point_follow_the_grid_spacing():
+    assert canonical(0.0006) == "6e-4" and canonical(1.31072e5) == "1.31072e5" and canonical(480) == "480"
+    assert next_point(["1e-3", "2e-3", "4e-3"], +1, 2.0) == "8e-3"
+    assert next_point(["6e-4", "1e-3", "2e-3"], -1, 2.0) == "3.6e-4"   # the spacing at that edge, 3 digits
+    assert next_point(["3e-3"], +1, 4.0) == "1.2e-2" and next_point(["3e-3"], -1, 4.0) == "7.5e-4"
+
+
+def test_interior_best_gets_its_claim_seeds_then_is_done():
+    train, calls = trainer(bowl(2e-3))
+    record = tune(SPEC, train)
+    assert record["done"] and record["best_lr"] == "2e-3" and not record["at_edge"]
+    assert calls[1] == [("2e-3", 1), ("2e-3", 2)]   # the seeds come after the choice, at the chosen LR only
+    assert record["extensions"] == []
+
+
+def test_best_on_the_upper_edge_extends_until_interior():
+    train, calls = trainer(bowl(1e-2))
+    record = tune(SPEC, train)
+    assert record["extensions"] == ["8e-3", "1.6e-2"] and record["best_lr"] == "8e-3" and not record["at_edge"]
+    assert calls[1] == [("8e-3", 0)] and calls[2] == [("1.6e-2", 0)]
+
+
+def test_best_on_the_lower_edge_extends_downwards():
+    record = tune(SPEC, trainer(bowl(6e-4))[0])
+    assert record["extensions"] == ["5e-4", "2.5e-4"] and record["best_lr"] == "5e-4" and not record["at_edge"]
+
+
+def test_extensions_are_bounded_and_an_edge_left_is_reported():
+    record = tune({**SPEC, "max_extensions": 1}, trainer(bowl(1.0))[0])
+    assert record["extensions"] == ["8e-3"] and record["best_lr"] == "8e-3" and record["at_edge"]
+    assert record["done"] and sorted(s for lr, s in record["cells"] if lr == "8e-3") == [0, 1, 2]
+
+
+def test_every_lr_diverged_tries_smaller_lrs_then_reports_diverged():
+    record = tune(SPEC, trainer(bowl(1e-3), diverged={"1e-3", "2e-3", "4e-3", "5e-4", "2.5e-4"})[0])
+    assert record["extensions"] == ["5e-4", "2.5e-4"]
+    assert record["best_lr"] is None and record["status"] == "diverged at every LR" and record["done"]
+
+
+def test_a_diverged_claim_seed_disqualifies_the_lr_and_the_next_best_is_seeded():
+    train, calls = trainer(bowl(2e-3), diverged={("2e-3", 2)})
+    record = tune(SPEC, train)
+    assert record["best_lr"] != "2e-3"
+    table = {r["lr"]: r for r in record["table"]}
+    assert table["2e-3"]["disqualified"] and table["2e-3"]["diverged_seeds"] == [2]
+    assert sorted(s for lr, s in record["cells"] if lr == record["best_lr"]) == [0, 1, 2]
+
+
+def test_selection_uses_the_grid_seeds_only():
+    # 1e-3 wins on seed 0; its claim seeds are worse than 2e-3's seed 0, but 2e-3 has one seed: no switch
+    losses = {("1e-3", 0): 3.00, ("1e-3", 1): 3.20, ("1e-3", 2): 3.20, ("2e-3", 0): 3.05, ("4e-3", 0): 3.30,
+              ("5e-4", 0): 3.40}
+    record = tune(SPEC, lambda cells: {c: losses[c] for c in cells})
+    assert record["best_lr"] == "1e-3"
+
+
+def test_an_lr_where_most_seeds_diverged_does_not_win_on_its_survivor():
+    spec = {**SPEC, "grid_seeds": [0, 1, 2]}
+    losses = {"1e-3": [3.3, 3.3, 3.3], "2e-3": [3.2, 3.2, 3.2], "4e-3": [2.5, None, None]}
+    results = {(lr, s): v[s] for lr, v in losses.items() for s in range(3)}
+    record = decide(spec, results)
+    assert record["best_lr"] == "2e-3" and record["done"]
+
+
+# ---------------------------------------------------------------- divergence
+
+
+def run_rule(losses, window=0.2, planned=20, factor=1.0):
+    rule, state = DivergenceRule(factor, window, 1.3, planned), new_state()
+    for step, loss in enumerate(losses, 1):
+        reason = rule.update(state, loss)
+        if reason:
+            return step, reason, state
+    return None, None, state
+
+
+def test_a_spike_that_recovers_within_the_window_is_counted_not_fatal():
+    losses = [5.5, 5.0, 4.5, 8.0, 9.0, 7.0, 4.0, 3.5, 3.0, 2.9]   # above 5.5 for 3 steps, window 4
+    step, reason, state = run_rule(losses)
+    assert reason is None and state["loss_spikes"] == 1
+
+
+def test_a_blow_up_that_stays_is_divergence():
+    step, reason, state = run_rule([5.5, 5.0, 4.5, 8.0, 9.0, 12.0, 15.0, 20.0])
+    assert step == 7 and "for 4 steps in a row" in reason
+
+
+def test_non_finite_loss_is_divergence_at_once():
+    assert run_rule([5.5, float("nan")])[0] == 2 and run_rule([5.5, float("inf")])[0] == 2
+
+
+def test_a_run_that_ends_worse_than_it_started_diverged():
+    rule = DivergenceRule(1.0, 0.1, 1.3, 100)
+    assert rule.final(5.5, 3.0) is None
+    assert "above 1 x the untrained" in rule.final(5.5, 6.0)
+    assert "is nan" in rule.final(5.5, float("nan"))
+
+
+@pytest.mark.parametrize("window,planned,patience", [(0.1, 100, 10), (0.1, 5, 1), (1.0, 7, 7)])
+def test_patience_is_a_share_of_the_planned_steps(window, planned, patience):
+    assert DivergenceRule(1.0, window, 1.3, planned).patience == patience
