@@ -17,7 +17,7 @@ from merit_repro import data
 from merit_repro.data import DataError, prepare
 from merit_repro.runfiles import CsvLog
 from merit_repro.utils import atomic_torch_save
-from test_train import TINY, cell_file, data_dir, rows_written, run_cli  # noqa: F401  (data_dir is a fixture)
+from test_train import cell_file, rows_written, run_cli
 from test_workflow import TINY as TINY_WORKFLOW
 from test_workflow import copy_workflow, snakemake
 

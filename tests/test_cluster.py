@@ -87,8 +87,8 @@ def slurm():
         pytest.skip("no SLURM cluster (scripts/local_slurm.sh start)")
 
 
-# profiles/slurm as a site would use it, with the local cluster's partition and sizes
-SLURM_OVERRIDES = ["--profile", "profiles/slurm", "--jobs", "4", "--slurm-init-seconds-before-status-checks", "5",
+# profiles/slurm as a site would use it (as README says), with the local cluster's partition and sizes
+SLURM_OVERRIDES = ["--workflow-profile", "profiles/slurm", "--jobs", "4", "--slurm-init-seconds-before-status-checks", "5",
                    "--default-resources", "slurm_partition=debug", "slurm_account=''", "mem_mb=1000", "runtime=30",
                    "cpus_per_task=1", "--set-resources", "train:mem_mb=1000", "prepare_data:mem_mb=1000",
                    "prepare_data:cpus_per_task=1", "--set-threads", "train=1", "prepare_data=1"]
@@ -137,8 +137,8 @@ def test_slurm_profile_gives_the_same_outputs_as_a_local_run(slurm, tmp_path):
 
 def test_cancelled_job_is_retried_and_resumes_to_identical_results(slurm, tmp_path):
     config = yaml.safe_load(TINY.read_text())
-    config["models"]["T"]["gpus"] = 1  # asks SLURM for a (fake) GPU: --gpus=1; trains on the CPU
-    config["cell_defaults"].update(checkpoint_every=4)
+    config["models"]["T"]["gpus"] = 1  # asks SLURM for a (fake) GPU: --gpus=1 ...
+    config["cell_defaults"].update(checkpoint_every=4, device="cpu")   # ... and trains on the CPU, on purpose
     config["experiments"] = {"one": {"models": ["T"], "tokens": 32 * 8 * 80, "optimizers": ["merit"],
                                      "batch_sizes": [8], "lr_grid": {"merit": [5e-3]}, "artifacts": ["loss_curves"]}}
     cell = "results/runs/T/20480/merit/bs8/lr5e-3/seed0"
@@ -167,6 +167,32 @@ def test_cancelled_job_is_retried_and_resumes_to_identical_results(slurm, tmp_pa
     assert proc.returncode == 0, out[-5000:]
     log = (cluster / cell / "train.log").read_text()
     assert "resuming from step" in log, log[-2000:]
+    for name in ["metrics.csv", "mal.csv", "diagnostics.csv"]:
+        pd.testing.assert_frame_equal(read_metrics(local / cell / name) if name == "metrics.csv"
+                                      else pd.read_csv(local / cell / name),
+                                      read_metrics(cluster / cell / name) if name == "metrics.csv"
+                                      else pd.read_csv(cluster / cell / name))
+
+
+def test_a_cell_longer_than_its_job_limit_completes_through_a_chain_of_jobs(slurm, tmp_path):
+    """max_job_minutes = 0.15 (9 s, of which about 3 go to importing torch): each job's trainer stops in time
+    to checkpoint and exits 75, Snakemake resubmits it, and the chain ends with metrics identical to one
+    uninterrupted run. The cell needs about 10 s of training here, so three jobs or so."""
+    config = yaml.safe_load(TINY.read_text())
+    config["cell_defaults"].update(checkpoint_every=10**6)   # only the time budget makes checkpoints here
+    config["experiments"] = {"one": {"models": ["T"], "tokens": 32 * 8 * 1200, "optimizers": ["merit"],
+                                     "batch_sizes": [8], "lr_grid": {"merit": [5e-3]}, "artifacts": []}}
+    config["claim_seeds"] = [0]
+    cell = "results/runs/T/3.072e5/merit/bs8/lr5e-3/seed0"
+    local = workflow_dir(tmp_path, "local", config)
+    r = run_snakemake(local, "--cores", "1", f"{cell}/summary.json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    cluster = workflow_dir(tmp_path, "cluster", config)
+    r = run_snakemake(cluster, *SLURM_OVERRIDES, "--config", "max_job_minutes=0.15", "--retries", "10", f"{cell}/summary.json")
+    assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
+    log = (cluster / cell / "train.log").read_text()
+    assert log.count("time budget of this job reached") >= 1, log[-3000:]   # two jobs at least, more on slow machines
+    assert log.count("resuming from step") == log.count("time budget of this job reached")
     for name in ["metrics.csv", "mal.csv", "diagnostics.csv"]:
         pd.testing.assert_frame_equal(read_metrics(local / cell / name) if name == "metrics.csv"
                                       else pd.read_csv(local / cell / name),

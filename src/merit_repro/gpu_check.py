@@ -46,10 +46,11 @@ def reference_step():
     return step
 
 
-def problem(steps, seed=0):
+def problem(steps, scale=1, seed=0):
     """Weights and gradients covering many chunks, zero rows and a 3-D tensor, in float64."""
     gen = torch.Generator().manual_seed(seed)
-    shapes = {"embedding": (512, 96), "matrix": (96, 384), "cube": (12, 8, 4), "vector": (96,)}
+    shapes = {"embedding": (512 // scale, 96 // scale), "matrix": (96 // scale, 384 // scale), "cube": (12, 8, 4),
+              "vector": (96 // scale,)}
     weights = {n: torch.randn(s, generator=gen, dtype=torch.float64) * 0.1 for n, s in shapes.items()}
     grads = [{n: torch.randn(s, generator=gen, dtype=torch.float64) for n, s in shapes.items()} for _ in range(steps)]
     for g in grads:
@@ -71,10 +72,10 @@ def relative_error(a, b):
     return max(((a[n] - b[n]).norm() / max(b[n].norm().item(), 1e-12)).item() for n in b)
 
 
-def check_optimizers(device, steps=20):
-    """Rows (check, value, limit, ok) for every optimizer on the device."""
+def check_optimizers(device, steps=20, scale=1):
+    """Rows (check, value, limit, ok) for every optimizer on the device (tensors 1/scale of the size)."""
     step = reference_step()
-    weights, grads = problem(steps)
+    weights, grads = problem(steps, scale)
     rows = []
     for name in OPTIMIZERS:
         kind, switches = REFERENCE_KIND[name]
@@ -167,9 +168,9 @@ def micro_batch(config, device, per_device_batch):
     return fit_micro_batch(cfg, model, per_device_batch, device, autocast(device) if device.type == "cuda" else None)
 
 
-def run(device, config, steps, batch, per_device_batch):
-    rows = [(check, f"{value:.2e}", f"<= {limit:g}", ok) for check, value, limit, ok in check_optimizers(device)]
-    for compiled in (False, True):
+def run(device, config, steps, batch, per_device_batch, compiled_too=True, scale=1):
+    rows = [(check, f"{value:.2e}", f"<= {limit:g}", ok) for check, value, limit, ok in check_optimizers(device, scale=scale)]
+    for compiled in (False, True) if compiled_too else (False,):
         label = "compiled" if compiled else "eager"
         tokens_per_s, utilisation, memory, loss = train_speed(config, device, batch, steps, compiled)
         rows.append((f"GPT-2 Small {label}: tokens/s, MFU, peak GiB",

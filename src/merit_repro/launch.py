@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -26,26 +27,41 @@ from .gpu_slots import gpu_slots
 from .utils import atomic_write_bytes, cli
 
 
-def train_argv(config_path, out_dir):
-    return ["--config", str(config_path), "--out", str(out_dir)]
+JOB_START = time.time()   # this module is imported first thing in a job
 
 
-def train_command(config_path, out_dir, gpus):
-    train = ["-m", "merit_repro.train", *train_argv(config_path, out_dir)]
+def stop_time(time_budget_seconds, start=JOB_START):
+    """When a job with a time budget stops training: early enough to write a checkpoint (the last fifth of
+    the budget, at most five minutes, is left for it), counted from the job's start; None without a budget."""
+    if not time_budget_seconds:
+        return None
+    return start + time_budget_seconds - min(300.0, 0.2 * time_budget_seconds)
+
+
+def train_argv(config_path, out_dir, time_budget_seconds=None):
+    stop_at = stop_time(time_budget_seconds)
+    return ["--config", str(config_path), "--out", str(out_dir), *(["--stop-at", f"{stop_at:.3f}"] if stop_at else [])]
+
+
+def train_command(config_path, out_dir, gpus, time_budget_seconds=None):
+    train = ["-m", "merit_repro.train", *train_argv(config_path, out_dir, time_budget_seconds)]
     if gpus > 1:
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(gpus), *train]
     return [sys.executable, *train]
 
 
-def launch_cell(cell, out_dir, gpus=0, threads=1):
+def launch_cell(cell, out_dir, gpus=0, threads=1, time_budget_seconds=None):
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    cell = {**cell, "device": "cpu" if gpus == 0 else cell.get("device", "auto")}
+    # A cell given GPUs trains on them or fails at once (no quiet fall-back to the CPU), unless its config
+    # says device: cpu on purpose.
+    device = "cpu" if gpus == 0 else ("cuda" if cell.get("device", "auto") == "auto" else cell["device"])
+    cell = {**cell, "device": device}
     config_path = out_dir / "cell.yaml"
     atomic_write_bytes(config_path, yaml.safe_dump(cell, sort_keys=True).encode())
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
     if warmstart.enabled(gpus):
-        code = warmstart.run_train(train_argv(config_path, out_dir), env, started=lambda pid: print(
+        code = warmstart.run_train(train_argv(config_path, out_dir, time_budget_seconds), env, started=lambda pid: print(
             f"[launch] training in a process forked from the warm trainer (pid {pid})", flush=True))
         if code is not None:
             return code
@@ -56,7 +72,7 @@ def launch_cell(cell, out_dir, gpus=0, threads=1):
         if devices is not None:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
             print(f"[launch] GPU slots {','.join(devices)}", flush=True)
-        proc = subprocess.Popen(train_command(config_path, out_dir, gpus), env=env)
+        proc = subprocess.Popen(train_command(config_path, out_dir, gpus, time_budget_seconds), env=env)
         forward = lambda signum, frame: proc.send_signal(signum)  # noqa: E731
         previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
@@ -74,8 +90,10 @@ def main(argv=None):
     parser.add_argument("--out", required=True, type=Path, help="run directory")
     parser.add_argument("--gpus", type=int, default=0, help="GPUs of the cell (0: CPU; more than 1: torchrun)")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads of the trainer")
+    parser.add_argument("--time-budget-seconds", type=float, default=0,
+                        help="the job's wall-time budget (0: none): the trainer checkpoints and exits before it")
     args = parser.parse_args(argv)
-    code = launch_cell(json.loads(args.cell), args.out, args.gpus, args.threads)
+    code = launch_cell(json.loads(args.cell), args.out, args.gpus, args.threads, args.time_budget_seconds or None)
     return code if code >= 0 else 128 - code   # killed by a signal: the shell's convention
 
 

@@ -61,39 +61,58 @@ class RunLock:
 
 
 class CsvLog:
-    """A CSV file written row by row. Its text up to a step is kept in that step's checkpoint, and
-    ``start(text)`` restores it on resume: a resumed run rewrites exactly the rows it repeats, even
-    when a workflow manager deleted the files of the failed job."""
+    """A CSV file written row by row, whose whole text the log also keeps. That text goes into each
+    checkpoint and ``start(text)`` restores it on resume, so a resumed run rewrites exactly the rows it
+    repeats; and a file deleted while the run goes on (a workflow manager cleaning up a job it thinks
+    failed) is written again whole at the next row, never restarted headerless."""
 
     def __init__(self, path, columns):
         self.path = Path(path)
         self.columns = columns
+        self.text = ""
 
     def start(self, text=None):
+        self.text = text if text is not None else ",".join(self.columns) + "\n"
+        self._rewrite()
+
+    def _rewrite(self):
         tmp = self.path.with_name(f".{self.path.name}.tmp")
         try:
-            tmp.write_text(text if text is not None else ",".join(self.columns) + "\n")
+            tmp.write_text(self.text)
             os.replace(tmp, self.path)
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
 
     def snapshot(self):
-        return self.path.read_text()
+        return self.text
 
     def write(self, rows):
+        lines = "".join(",".join(_format(row.get(c)) for c in self.columns) + "\n" for row in rows)
+        self.text += lines
+        if not self.path.exists():
+            self._rewrite()
+            return
         with open(self.path, "a") as f:
-            for row in rows:
-                f.write(",".join(_format(row.get(c)) for c in self.columns) + "\n")
+            f.write(lines)
+
+    def finish(self):
+        """The file as the log knows it, whatever happened to it meanwhile."""
+        self._rewrite()
 
 
 class TextLog:
+    """train.log, echoed to stdout while stdout has a reader (a closed pipe stops the echo, not the run)."""
+
     def __init__(self, path, echo=True):
         self.path = Path(path)
         self.echo = echo
 
     def __call__(self, message):
-        if self.echo:
-            print(message, flush=True)
         with open(self.path, "a") as f:
             f.write(message + "\n")
+        if self.echo:
+            try:
+                print(message, flush=True)
+            except OSError:   # BrokenPipeError: whoever read our output is gone
+                self.echo = False

@@ -36,6 +36,7 @@ from . import data
 from .cell import CellConfig, load_cell_config
 from .divergence import DivergenceRule, new_state
 from .evaluate import lambada, validation_loss
+from .hardware import mfu, peak_flops
 from .model import GPT, GPTConfig, padded_vocab_size
 from .optim import build, param_groups
 from .runfiles import DIAGNOSTICS_COLUMNS, MAL_COLUMNS, METRICS_COLUMNS, CsvLog, RunLock, TextLog
@@ -43,13 +44,16 @@ from .utils import (UserError, atomic_torch_save, atomic_write_json, cli, descri
                     library_versions, read_json)
 
 # Keys that choose resources, not results: a run may resume under different values of these.
-RESOURCE_KEYS = {"micro_batch_size", "device", "compile", "checkpoint_every", "keep_checkpoint", "save_model",
-                 "peak_flops", "lambada_dir"}
+RESOURCE_KEYS = {"micro_batch_size", "device", "compile", "checkpoint_every", "checkpoint_every_minutes", "log_every",
+                 "keep_checkpoint", "save_model", "peak_flops", "lambada_dir"}
 EXIT_CODES = {signal.SIGTERM: 143, signal.SIGINT: 130}
 
 
+EXIT_TIME_BUDGET = 75   # EX_TEMPFAIL: stopped at its time budget with a checkpoint; the next job resumes
+
+
 class Stop(Exception):
-    """Raised when a signal asked the run to stop after checkpointing."""
+    """Raised when a signal or the job's time budget stopped the run after checkpointing (args: exit code)."""
 
 
 def result_config(cfg: CellConfig):
@@ -71,6 +75,11 @@ def setup_device(cfg):
         if device.type == "cuda" and device.index is None:
             device = torch.device(f"cuda:{local_rank}")
     if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UserError(f"this cell asks for a GPU (device {cfg.device!r}) but none is visible: "
+                            f"torch.cuda.is_available() is False (CUDA_VISIBLE_DEVICES="
+                            f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')!r}, torch {torch.__version__}); run it on "
+                            "a GPU node, install a CUDA build of torch, or give the model gpus: 0")
         torch.cuda.set_device(device)
     if world_size > 1 and not dist.is_initialized():
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
@@ -173,8 +182,9 @@ def load_checkpoint(path, cfg):
 class Run:
     """One cell: its model, optimizer, data and files, and the training loop."""
 
-    def __init__(self, cfg: CellConfig, out_dir):
+    def __init__(self, cfg: CellConfig, out_dir, stop_at=None):
         self.cfg = cfg
+        self.deadline = stop_at   # wall-clock time (epoch seconds) by which this job checkpoints and exits
         self.out = Path(out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         self.rank, self.world_size, self.device = setup_device(cfg)
@@ -200,7 +210,13 @@ class Run:
             cfg.model, block_size=cfg.block_size, vocab_size=padded_vocab_size(self.meta["vocab_size"]),
             qk_norm=cfg.qk_norm, **{k: getattr(cfg, k) for k in ("n_layer", "n_head", "n_embd") if getattr(cfg, k)})
         self.model = GPT(self.model_config).to(self.device)
-        self.optimizer = build(cfg.optimizer, param_groups(self.model, cfg.weight_decay), **cfg.optimizer_kwargs())
+        kwargs = cfg.optimizer_kwargs()
+        if cfg.optimizer == "adamw" and self.device.type == "cuda" and not {"fused", "foreach"} & set(kwargs):
+            kwargs["fused"] = True   # the baseline at its fastest torch implementation
+        self.optimizer = build(cfg.optimizer, param_groups(self.model, cfg.weight_decay), **kwargs)
+        self.flops_per_token = self.model.flops_per_token()
+        self.peak_flops = peak_flops(describe_device(self.device), cfg.peak_flops) if self.device.type == "cuda" \
+            else cfg.peak_flops
         self.micro_batch = cfg.micro_batch_size or fit_micro_batch(
             cfg, self.model, self.per_rank_batch, self.device, self.autocast)
         self.micro_batch = int(all_reduce(self.micro_batch, self.device, dist.ReduceOp.MIN)) if self.world_size > 1 \
@@ -232,6 +248,8 @@ class Run:
         offsets = data.batch_offsets(len(tokens), cfg.block_size, cfg.batch_size, cfg.seed, step)
         rows = data.micro_batch_slice(cfg.batch_size, self.micro_batch, self.world_size, self.rank, micro_step)
         x, y = data.windows(tokens, offsets[rows], cfg.block_size)
+        if self.device.type == "cuda":   # page-locked, so the copy overlaps with the GPU's work
+            x, y = x.pin_memory(), y.pin_memory()
         return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
 
     def train_step(self, step):
@@ -251,8 +269,7 @@ class Run:
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        train_loss = float(all_reduce(loss_sum / self.accum, self.device)) / self.world_size
-        return lr, train_loss, grad_norm.item()
+        return lr, loss_sum / self.accum, grad_norm   # on the device: read back at the next log point
 
     def evaluate(self):
         total, count = validation_loss(self.model, self.cfg.data_dir, self.meta, self.cfg.block_size,
@@ -320,34 +337,68 @@ class Run:
         if start_step == 0:
             self.record(0, loop, lr=cfg.lr_at(0), train_loss=None, grad_norm=None, step_seconds=None, evaluate=True)
         divergence = DivergenceRule(cfg.divergence_factor, cfg.divergence_window, cfg.spike_factor, cfg.steps)
-        reason = None
+        reason, pending = None, []
+        self.last_flush = self.last_checkpoint = time.perf_counter()
         for step in range(start_step, cfg.steps):
             done = step + 1
             evaluate_now = done % cfg.eval_interval == 0 or done == cfg.steps
             if hasattr(self.optimizer, "track_diagnostics"):
                 self.optimizer.track_diagnostics = evaluate_now
-            t0 = time.perf_counter()
-            lr, train_loss, grad_norm = self.train_step(step)
-            if self.device.type == "cuda":
-                torch.cuda.synchronize()
-            step_seconds = time.perf_counter() - t0
-            loop["train_seconds"] += step_seconds
-            reason = divergence.update(loop["divergence"], train_loss)
-            self.record(done, loop, lr, train_loss, grad_norm, step_seconds, evaluate_now or reason is not None)
+            pending.append((done, *self.train_step(step)))
+            checkpoint_now = done % cfg.checkpoint_every == 0 and done < cfg.steps
+            if not (evaluate_now or checkpoint_now or done % cfg.log_every == 0 or done == cfg.steps):
+                continue   # no host synchronisation between log points
+            reason = self.flush(pending, loop, divergence, evaluate_now)
+            pending = []
             if reason:
                 break
-            stop = float(all_reduce(float(self.stop_signal is not None), self.device, dist.ReduceOp.MAX)
-                         if self.world_size > 1 else float(self.stop_signal is not None))
-            if stop or (done % cfg.checkpoint_every == 0 and done < cfg.steps):
+            stop, out_of_time, checkpoint_due = self.flags()
+            out_of_time = out_of_time and done < cfg.steps   # at the last step, finishing is cheaper
+            if stop or out_of_time or ((checkpoint_now or checkpoint_due) and done < cfg.steps):
                 if self.master:
                     save_checkpoint(self.ckpt_path, cfg, done, self.model, self.optimizer, loop, self.csv_logs)
+                self.last_checkpoint = time.perf_counter()
                 if stop:
                     self.log(f"stopped by signal after step {done}; checkpoint saved, rerun to resume")
                     raise Stop(EXIT_CODES.get(self.stop_signal, 143))
+                if out_of_time:
+                    self.log(f"time budget of this job reached after step {done}; checkpoint saved: the next job "
+                             "resumes from it")
+                    raise Stop(EXIT_TIME_BUDGET)
         reason = reason or divergence.final(loop["initial_val_loss"], loop["last_val_loss"])
         if reason:
             self.log(f"diverged: {reason}")
         return self.finish("diverged" if reason else "ok", reason, loop)
+
+    def flush(self, pending, loop, divergence, evaluate_now):
+        """Read back the losses of the steps since the last log point (one host synchronisation), judge
+        divergence step by step, and record them; the reason the run diverged, or None."""
+        losses = torch.stack([loss for _, _, loss, _ in pending]).float()
+        norms = torch.stack([norm for _, _, _, norm in pending]).float()
+        if self.world_size > 1:
+            losses = all_reduce(losses, self.device) / self.world_size
+        losses, norms = losses.tolist(), norms.tolist()
+        elapsed = time.perf_counter() - self.last_flush
+        loop["train_seconds"] += elapsed
+        reason = None
+        for i, (done, lr, _, _) in enumerate(pending):
+            reason = divergence.update(loop["divergence"], losses[i])
+            last = i == len(pending) - 1 or reason is not None
+            self.record(done, loop, lr, losses[i], norms[i], elapsed / len(pending), last and (evaluate_now or reason))
+            if reason:
+                break
+        self.last_flush = time.perf_counter()   # evaluation and logging do not count as training time
+        return reason
+
+    def flags(self):
+        """(stop signal, past this job's time budget, a time-based checkpoint due), the same on every rank."""
+        now = time.perf_counter()
+        flags = [self.stop_signal is not None, self.deadline is not None and time.time() > self.deadline,
+                 bool(self.cfg.checkpoint_every_minutes) and now - self.last_checkpoint > 60 * self.cfg.checkpoint_every_minutes]
+        if self.world_size > 1:
+            flags = [bool(v) for v in all_reduce(torch.tensor(flags, dtype=torch.float64), self.device,
+                                                 dist.ReduceOp.MAX).tolist()]
+        return flags
 
     def record(self, step, loop, lr, train_loss, grad_norm, step_seconds, evaluate):
         cfg = self.cfg
@@ -356,6 +407,8 @@ class Run:
         message = f"step {step}/{cfg.steps} | lr {lr:.3e}"
         if train_loss is not None:
             message += f" | loss {train_loss:.4f} | grad {grad_norm:.3f} | {row['tokens_per_s']:,.0f} tok/s"
+            utilisation = mfu(row["tokens_per_s"], self.flops_per_token, self.peak_flops, self.world_size)
+            message += f" | MFU {utilisation:.1%}" if utilisation is not None else ""
         if evaluate:
             t0 = time.perf_counter()
             row["val_loss"] = self.evaluate()
@@ -383,7 +436,7 @@ class Run:
 
     def finish(self, status, reason, loop):
         cfg = self.cfg
-        steps_done = read_last_step(self.out / "metrics.csv") if self.master else None
+        steps_done = last_step(self.metrics.text) if self.master else None
         result = {"val_loss": loop["last_val_loss"], "val_tokens": None}
         if self.cfg.lambada_dir and status == "ok":
             result.update(lambada(self.model, cfg.lambada_dir, cfg.block_size, self.device, self.autocast))
@@ -401,8 +454,7 @@ class Run:
             "loss_spikes": loop["divergence"]["loss_spikes"], "steps": steps_done, "planned_steps": cfg.steps,
             "tokens": tokens, "train_seconds": loop["train_seconds"], "eval_seconds": loop["eval_seconds"],
             "mal_probe_seconds": loop["probe_seconds"], "tokens_per_s": tokens_per_s,
-            "mfu": (tokens_per_s * self.model.flops_per_token() / (cfg.peak_flops * self.world_size)
-                    if tokens_per_s and self.device.type == "cuda" else None),
+            "mfu": mfu(tokens_per_s, self.flops_per_token, self.peak_flops, self.world_size),
             "peak_memory_bytes": peak_memory, "n_params": self.model.num_params(),
             "world_size": self.world_size, "micro_batch_size": self.micro_batch, "grad_accum": self.accum,
             "config": cfg.to_dict(), "model_config": self.model.config_dict(), "versions": library_versions(),
@@ -410,10 +462,15 @@ class Run:
         }
         if self.master:
             if cfg.save_model:
-                atomic_torch_save(self.model.state_dict(), self.out / "model.pt")
+                state = self.model.state_dict()
+                if cfg.save_model == "bf16":
+                    state = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in state.items()}
+                atomic_torch_save(state, self.out / "model.pt")
             val_tokens = len(data.validation_offsets(self.meta["splits"]["val"]["tokens"], cfg.block_size,
                                                      cfg.eval_tokens)) * cfg.block_size
             result["val_tokens"] = val_tokens
+            for log in self.csv_logs.values():
+                log.finish()
             atomic_write_json(self.out / "eval.json", result)
             atomic_write_json(self.out / "summary.json", summary)
             if not cfg.keep_checkpoint:
@@ -424,13 +481,15 @@ class Run:
         return summary
 
 
-def read_last_step(metrics_path):
-    lines = Path(metrics_path).read_text().splitlines()
+def last_step(metrics_text):
+    lines = metrics_text.splitlines()
     return int(lines[-1].split(",", 1)[0]) if len(lines) > 1 else 0
 
 
-def train(cfg: CellConfig, out_dir):
-    """Run (or resume, or skip when already complete) one cell; returns its summary."""
+def train(cfg: CellConfig, out_dir, stop_at=None):
+    """Run (or resume, or skip when already complete) one cell; returns its summary. Given stop_at (epoch
+    seconds: a scheduler's job limit less time to checkpoint), the run checkpoints at the first log point
+    after it and exits EXIT_TIME_BUDGET, for the next job to resume."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     lock = RunLock(out_dir).acquire() if int(os.environ.get("RANK", "0")) == 0 else None
@@ -442,7 +501,7 @@ def train(cfg: CellConfig, out_dir):
                 print(f"[train] {out_dir} is already complete ({summary['status']}); nothing to do", flush=True)
                 return summary
             raise UserError(f"{out_dir} holds a finished run of a different cell; use another --out or delete it")
-        return Run(cfg, out_dir).run()
+        return Run(cfg, out_dir, stop_at).run()
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -457,12 +516,14 @@ def main(argv=None):
     parser.add_argument("--config", type=Path, help="cell YAML (keys: see merit_repro.cell.CellConfig)")
     parser.add_argument("--out", type=Path, required=True, help="run directory (created; resumed when it exists)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    parser.add_argument("--stop-at", type=float, default=None, metavar="EPOCH_SECONDS",
+                        help=f"checkpoint and exit {EXIT_TIME_BUDGET} at the first log point after this time")
     args = parser.parse_args(argv)
     cfg = load_cell_config(args.config, args.set)
     for item in args.set:
         print(f"[train] override: {item}", flush=True)
     try:
-        train(cfg, args.out)
+        train(cfg, args.out, args.stop_at)
     except Stop as stop:
         return stop.args[0]
     return 0

@@ -1,10 +1,16 @@
 # Helpers: config checks, wildcard constraints, the grid of cells, tuning rounds, input functions, final targets.
 import json
+import math
+import os
 import re
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(workflow.basedir) / "src"))  # run from a checkout without installing
+SRC = str(Path(workflow.basedir) / "src")
+sys.path.insert(0, SRC)  # run from a checkout without installing ...
+# ... and every job imports this workflow's own merit_repro (also in a --sdm conda environment, and in
+# SLURM jobs, which inherit the environment), not another installed copy.
+os.environ.update(PYTHONPATH=os.pathsep.join([SRC, *filter(None, [os.environ.get("PYTHONPATH")])]))
 
 from snakemake.exceptions import WorkflowError
 
@@ -58,7 +64,7 @@ def prepare_args(dataset, out, threads):
     """The data CLI's arguments for one corpus, as a list: each is quoted for the shell, none is run by it."""
     spec = config["data"][dataset]
     args = ["--dataset", spec["dataset"], "--tokenizer", spec["tokenizer"], "--out", out, "--num-proc", str(threads)]
-    for key in ("max_train_tokens", "val_fraction", "seed", "tokenizer_file"):
+    for key in ("max_train_tokens", "val_fraction", "seed", "tokenizer_file", "revision"):
         if spec.get(key) is not None:
             args += [f"--{key.replace('_', '-')}", str(spec[key])]
     return args
@@ -73,9 +79,17 @@ def cell_data(wildcards):
     return inputs
 
 
-def cell_runtime_minutes(wildcards):
-    """Wall-time request of a cell: its FLOPs at a conservative rate, plus start-up and evaluation."""
-    return grid.runtime_minutes(config, wildcards.model, wildcards.tokens)
+def job_minutes(wildcards, attempt):
+    """Wall time of one training job: the cell's FLOPs at a conservative rate (more at each retry), never
+    more than max_job_minutes, the partition's limit; a longer cell runs as a chain of jobs."""
+    minutes = grid.runtime_minutes(config, wildcards.model, wildcards.tokens) * attempt
+    limit = config.get("max_job_minutes")
+    return min(minutes, limit) if limit else minutes
+
+
+def time_budget_seconds(wildcards, attempt):
+    """The trainer's budget (0: none): with max_job_minutes, it checkpoints and exits before its job ends."""
+    return round(60 * job_minutes(wildcards, attempt), 1) if config.get("max_job_minutes") else 0
 
 
 # ---------------------------------------------------------------- LR tuning (merit_repro.tuning)

@@ -27,10 +27,11 @@ rule train:
     resources:
         gpu=lambda wc: grid.model_gpus(config, wc.model),
         mem_mb=lambda wc, attempt: 4000 * attempt,
-        runtime=lambda wc, attempt: cell_runtime_minutes(wc) * attempt,
+        runtime=lambda wc, attempt: math.ceil(job_minutes(wc, attempt)),
+        time_budget_s=lambda wc, attempt: time_budget_seconds(wc, attempt),
     shell:
         "{params.python:q} -m merit_repro.launch --cell {params.cell:q} --out {params.out_dir:q} "
-        "--gpus {params.gpus} --threads {threads} > {log:q} 2>&1"
+        "--gpus {params.gpus} --threads {threads} --time-budget-seconds {resources.time_budget_s} > {log:q} 2>&1"
 
 
 # Round k of a group: its cells so far -> the next cells (grid extension, claim seeds) or done.

@@ -1,0 +1,88 @@
+"""The effective settings of each command the README documents, as Snakemake resolves them with its
+profiles (no overrides here), and what the paper-scale SLURM plan asks the scheduler for."""
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from test_workflow import REPO
+
+DEMO = "snakemake --cores 2"
+CLUSTER = "snakemake --configfile config/paper.yaml --workflow-profile profiles/slurm"
+CLUSTER_AS_PROFILE = "snakemake --configfile config/paper.yaml --profile profiles/slurm"
+WORKSTATION = "snakemake --configfile config/paper.yaml --cores all --resources gpu=8"
+
+RESOLVE = """
+import json, sys
+from snakemake.cli import parse_args
+_, a = parse_args(sys.argv[1:])
+print(json.dumps({"executor": a.executor, "retries": a.retries, "latency_wait": a.latency_wait, "cores": a.cores,
+                  "jobs": a.jobs, "config": a.config, "rerun_incomplete": a.rerun_incomplete,
+                  "keep_going": a.keep_going, "default_resources": sorted((a.default_resources or {}).keys()),
+                  "set_threads": {k: v.value for k, v in (a.set_threads or {}).items()},
+                  "set_resources": {r: sorted(v) for r, v in (a.set_resources or {}).items()}}))
+"""
+
+
+def effective(command):
+    assert command in (REPO / "README.md").read_text(), f"the README no longer documents {command!r}"
+    r = subprocess.run([sys.executable, "-c", RESOLVE, *command.split()[1:]], cwd=REPO, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.splitlines()[-1])
+
+
+def test_the_demo_command_runs_locally_with_the_workstation_profile():
+    s = effective(DEMO)
+    assert s["executor"] is None and s["cores"] == 2
+    assert s["rerun_incomplete"] and s["keep_going"]
+
+
+@pytest.mark.parametrize("command", [CLUSTER, CLUSTER_AS_PROFILE])
+def test_the_cluster_command_gets_the_slurm_profile_not_the_local_one(command):
+    s = effective(command)
+    assert s["executor"] == "slurm" and s["jobs"] == 64
+    assert s["retries"] == 10 and s["latency_wait"] == 60 and s["cores"] is None
+    assert s["config"] == ["max_job_minutes=1440"]
+    assert s["set_threads"] == {"train": 8, "prepare_data": 16}
+    assert "cpus_per_task" not in s["default_resources"]   # would override the threads of every rule
+    assert "slurm_extra" in s["set_resources"]["train"]
+
+
+def test_the_workstation_command_counts_gpus():
+    s = effective(WORKSTATION)
+    assert s["executor"] is None and s["cores"] == __import__("os").cpu_count()
+
+
+def test_the_paper_plan_on_slurm_asks_for_no_job_longer_than_the_limit(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "snakemake", "-n", *CLUSTER.split()[1:]], cwd=REPO,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    runtimes = [int(m) for m in re.findall(r"runtime=(\d+)", r.stdout + r.stderr)]
+    trains = len(re.findall(r"rule train:", r.stdout + r.stderr))
+    assert trains >= 200 and len(runtimes) >= trains
+    assert max(runtimes) == 1440   # the 48B-token cells (about 79 hours at this rate) are capped and chain
+    budgets = [float(m) for m in re.findall(r"time_budget_s=([0-9.]+)", r.stdout + r.stderr)]
+    assert budgets and max(budgets) == 1440 * 60
+
+
+@pytest.mark.parametrize("gpus", [1])
+def test_a_cell_that_asks_for_a_gpu_without_one_fails_within_seconds(tmp_path, gpus):
+    import time
+
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is visible here")
+    from test_train import TINY
+
+    cell = {**TINY, "data_dir": str(tmp_path / "no-data")}
+    start = time.time()
+    r = subprocess.run([sys.executable, "-m", "merit_repro.launch", "--cell", json.dumps(cell), "--out",
+                        str(tmp_path / "run"), "--gpus", str(gpus)], capture_output=True, text=True,
+                       env={**__import__("os").environ, "MERIT_GPUS": "1",
+                            "MERIT_GPU_LOCK_DIR": str(tmp_path / "locks")})
+    assert r.returncode == 2 and time.time() - start < 30
+    assert "asks for a GPU (device 'cuda') but none is visible" in r.stdout + r.stderr
