@@ -16,6 +16,7 @@ equivalent (it cannot change any result) says why and is not counted against the
 """
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -180,7 +181,7 @@ def apply(root, mutation):
 
 def run_tests(root, tests, timeout):
     cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests]
-    env = {**__import__("os").environ, "PYTHONPATH": str(root / "src")}
+    env = {**os.environ, "PYTHONPATH": str(root / "src")}
     try:
         r = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:

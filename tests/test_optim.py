@@ -265,3 +265,12 @@ def test_many_chunks_and_rows_without_update_match_the_reference(name, foreach):
         opt.step()
     assert_close_rel({n: p.detach() for n, p in params.items()}, reference, 1e-9)
     assert torch.equal(params["long"][0], reference["long"][0])   # moved only by the reference's own rule
+
+
+def test_the_baseline_gets_its_fastest_implementation_on_cuda():
+    from merit_repro.optim import fastest_on
+
+    assert fastest_on("cuda", "adamw", {"lr": 1e-3}) == {"lr": 1e-3, "fused": True}
+    assert fastest_on("cuda", "adamw", {"foreach": False}) == {"foreach": False}   # a chosen implementation stays
+    assert fastest_on("cpu", "adamw", {"lr": 1e-3}) == {"lr": 1e-3}
+    assert fastest_on("cuda", "merit", {"lr": 1e-3}) == {"lr": 1e-3}

@@ -2,6 +2,7 @@
 profiles (no overrides here), and what the paper-scale SLURM plan asks the scheduler for."""
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -53,7 +54,7 @@ def test_the_cluster_command_gets_the_slurm_profile_not_the_local_one(command):
 
 def test_the_workstation_command_counts_gpus():
     s = effective(WORKSTATION)
-    assert s["executor"] is None and s["cores"] == __import__("os").cpu_count()
+    assert s["executor"] is None and s["cores"] == os.cpu_count()
 
 
 def test_the_paper_plan_on_slurm_asks_for_no_job_longer_than_the_limit(tmp_path):
@@ -82,7 +83,7 @@ def test_a_cell_that_asks_for_a_gpu_without_one_fails_within_seconds(tmp_path, g
     start = time.time()
     r = subprocess.run([sys.executable, "-m", "merit_repro.launch", "--cell", json.dumps(cell), "--out",
                         str(tmp_path / "run"), "--gpus", str(gpus)], capture_output=True, text=True,
-                       env={**__import__("os").environ, "MERIT_GPUS": "1",
+                       env={**os.environ, "MERIT_GPUS": "1",
                             "MERIT_GPU_LOCK_DIR": str(tmp_path / "locks")})
     assert r.returncode == 2 and time.time() - start < 30
     assert "asks for a GPU (device 'cuda') but none is visible" in r.stdout + r.stderr

@@ -28,7 +28,7 @@ import torch
 
 from .hardware import mfu, peak_flops
 from .model import GPT, GPTConfig
-from .optim import build, param_groups
+from .optim import build, fastest_on, param_groups
 from .utils import cli
 
 REPO = Path(__file__).resolve().parents[2]
@@ -111,7 +111,7 @@ def train_speed(config, device, batch, steps, compile_model):
     torch.manual_seed(0)
     model = GPT(config).to(device)
     runner = torch.compile(model) if compile_model else model
-    opt = build("adamw", param_groups(model, 0.1), lr=1e-4, fused=device.type == "cuda")
+    opt = build("adamw", param_groups(model, 0.1), **fastest_on(device, "adamw", {"lr": 1e-4}))
     x = torch.randint(0, config.vocab_size, (batch, config.block_size), device=device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -139,8 +139,7 @@ def step_times(config, device, repeats=10):
         p.grad = torch.randn_like(p) * 1e-3
     times = {}
     for name in ("adamw", "lamb", "merit"):
-        extra = {"fused": True} if name == "adamw" and device.type == "cuda" else {}
-        opt = build(name, param_groups(model, 0.1), lr=1e-4, **extra)
+        opt = build(name, param_groups(model, 0.1), **fastest_on(device, name, {"lr": 1e-4}))
         opt.step()   # state allocated outside the timing
         synchronize(device)
         start = time.perf_counter()

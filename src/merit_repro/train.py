@@ -38,7 +38,7 @@ from .divergence import DivergenceRule, new_state
 from .evaluate import lambada, validation_loss
 from .hardware import mfu, peak_flops
 from .model import GPT, GPTConfig, padded_vocab_size
-from .optim import build, param_groups
+from .optim import build, fastest_on, param_groups
 from .runfiles import DIAGNOSTICS_COLUMNS, MAL_COLUMNS, METRICS_COLUMNS, CsvLog, RunLock, TextLog
 from .utils import (UserError, atomic_torch_save, atomic_write_json, cli, describe_device, git_commit,
                     library_versions, read_json)
@@ -210,10 +210,8 @@ class Run:
             cfg.model, block_size=cfg.block_size, vocab_size=padded_vocab_size(self.meta["vocab_size"]),
             qk_norm=cfg.qk_norm, **{k: getattr(cfg, k) for k in ("n_layer", "n_head", "n_embd") if getattr(cfg, k)})
         self.model = GPT(self.model_config).to(self.device)
-        kwargs = cfg.optimizer_kwargs()
-        if cfg.optimizer == "adamw" and self.device.type == "cuda" and not {"fused", "foreach"} & set(kwargs):
-            kwargs["fused"] = True   # the baseline at its fastest torch implementation
-        self.optimizer = build(cfg.optimizer, param_groups(self.model, cfg.weight_decay), **kwargs)
+        self.optimizer = build(cfg.optimizer, param_groups(self.model, cfg.weight_decay),
+                               **fastest_on(self.device, cfg.optimizer, cfg.optimizer_kwargs()))
         self.flops_per_token = self.model.flops_per_token()
         self.peak_flops = peak_flops(describe_device(self.device), cfg.peak_flops) if self.device.type == "cuda" \
             else cfg.peak_flops

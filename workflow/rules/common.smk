@@ -114,24 +114,25 @@ def previous_decision(wildcards, round_):
     return json.loads(Path(path).read_text())
 
 
-def round_cells(wildcards, round_):
-    """(lr, seed) of every cell a group has trained before round round_ decides."""
-    decision = previous_decision(wildcards, round_)
+def cells_before(group, decision):
+    """(lr, seed) of every cell a group has trained when a round decides: the configured grid before the
+    first round, else what the previous round asked for."""
     if decision is None:
-        group = group_of(wildcards)
         return [(lr, seed) for lr in group.lrs for seed in grid.grid_seeds(config, group.experiment)]
     return [(c["lr"], c["seed"]) for c in decision["cells"]]
 
 
 def tune_inputs(wildcards):
     group = group_of(wildcards)
-    return [f"{cell_dir(group, lr, seed)}/summary.json" for lr, seed in round_cells(wildcards, int(wildcards.round))]
+    decision = previous_decision(wildcards, int(wildcards.round))
+    return [f"{cell_dir(group, lr, seed)}/summary.json" for lr, seed in cells_before(group, decision)]
 
 
 def tune_spec(wildcards):
-    group, round_ = group_of(wildcards), int(wildcards.round)
-    runs = [[lr, seed, cell_dir(group, lr, seed)] for lr, seed in round_cells(wildcards, round_)]
-    extensions = (previous_decision(wildcards, round_) or {}).get("extensions", [])
+    group = group_of(wildcards)
+    decision = previous_decision(wildcards, int(wildcards.round))
+    runs = [[lr, seed, cell_dir(group, lr, seed)] for lr, seed in cells_before(group, decision)]
+    extensions = (decision or {}).get("extensions", [])
     return json.dumps({**grid.tuning_spec(config, group), "extensions": extensions, "runs": runs}, sort_keys=True)
 
 
