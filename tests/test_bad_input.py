@@ -75,7 +75,7 @@ def test_the_dataset_string_never_reaches_a_shell(tmp_path):
 def test_paths_with_spaces(tmp_path):
     workdir = copy_workflow(tmp_path / "a folder with spaces")
     config = yaml.safe_load(TINY_WORKFLOW.read_text())
-    config.update(results="my results", figures="my figures", claim_seeds=[0])
+    config.update(results="my results", figures="my figures", claim_seeds=[1])
     config["experiments"] = {"one": {"models": ["T"], "tokens": 2048, "optimizers": ["adamw"], "batch_sizes": [8],
                                      "lr_grid": {"adamw": [3.0e-3]}, "artifacts": ["lr_sensitivity"]}}
     (workdir / "spaced config.yaml").write_text(yaml.safe_dump(config))

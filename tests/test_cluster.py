@@ -182,7 +182,7 @@ def test_a_cell_longer_than_its_job_limit_completes_through_a_chain_of_jobs(slur
     config["cell_defaults"].update(checkpoint_every=10**6)   # only the time budget makes checkpoints here
     config["experiments"] = {"one": {"models": ["T"], "tokens": 32 * 8 * 1200, "optimizers": ["merit"],
                                      "batch_sizes": [8], "lr_grid": {"merit": [5e-3]}, "artifacts": []}}
-    config["claim_seeds"] = [0]
+    config["claim_seeds"] = [1]
     cell = "results/runs/T/3.072e5/merit/bs8/lr5e-3/seed0"
     local = workflow_dir(tmp_path, "local", config)
     r = run_snakemake(local, "--cores", "1", f"{cell}/summary.json")

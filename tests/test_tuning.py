@@ -1,13 +1,14 @@
 """LR tuning decisions (merit_repro.tuning) and the divergence rule (merit_repro.divergence)."""
 
 import math
+import random
 
 import pytest
 
 from merit_repro.divergence import DivergenceRule, new_state
 from merit_repro.tuning import canonical, decide, next_point, tune
 
-SPEC = dict(lrs=["1e-3", "2e-3", "4e-3"], grid_seeds=[0], claim_seeds=[0, 1, 2], max_extensions=2,
+SPEC = dict(lrs=["1e-3", "2e-3", "4e-3"], grid_seeds=[0], claim_seeds=[1, 2, 3], max_extensions=2,
             extension_factor=2.0, extensions=[], group={})
 
 
@@ -36,7 +37,7 @@ def test_interior_best_gets_its_claim_seeds_then_is_done():
     train, calls = trainer(bowl(2e-3))
     record = tune(SPEC, train)
     assert record["done"] and record["best_lr"] == "2e-3" and not record["at_edge"]
-    assert calls[1] == [("2e-3", 1), ("2e-3", 2)]   # the seeds come after the choice, at the chosen LR only
+    assert calls[1] == [("2e-3", 1), ("2e-3", 2), ("2e-3", 3)]   # after the choice, at the chosen LR only
     assert record["extensions"] == []
 
 
@@ -55,7 +56,7 @@ def test_best_on_the_lower_edge_extends_downwards():
 def test_extensions_are_bounded_and_an_edge_left_is_reported():
     record = tune({**SPEC, "max_extensions": 1}, trainer(bowl(1.0))[0])
     assert record["extensions"] == ["8e-3"] and record["best_lr"] == "8e-3" and record["at_edge"]
-    assert record["done"] and sorted(s for lr, s in record["cells"] if lr == "8e-3") == [0, 1, 2]
+    assert record["done"] and sorted(s for lr, s in record["cells"] if lr == "8e-3") == [0, 1, 2, 3]
 
 
 def test_every_lr_diverged_tries_smaller_lrs_then_reports_diverged():
@@ -70,23 +71,24 @@ def test_a_diverged_claim_seed_disqualifies_the_lr_and_the_next_best_is_seeded()
     assert record["best_lr"] != "2e-3"
     table = {r["lr"]: r for r in record["table"]}
     assert table["2e-3"]["disqualified"] and table["2e-3"]["diverged_seeds"] == [2]
-    assert sorted(s for lr, s in record["cells"] if lr == record["best_lr"]) == [0, 1, 2]
+    assert sorted(s for lr, s in record["cells"] if lr == record["best_lr"]) == [0, 1, 2, 3]
 
 
 def test_selection_uses_the_grid_seeds_only():
     # 1e-3 wins on seed 0; its claim seeds are worse than 2e-3's seed 0, but 2e-3 has one seed: no switch
-    losses = {("1e-3", 0): 3.00, ("1e-3", 1): 3.20, ("1e-3", 2): 3.20, ("2e-3", 0): 3.05, ("4e-3", 0): 3.30,
+    losses = {("1e-3", 0): 3.00, ("1e-3", 1): 3.20, ("1e-3", 2): 3.20, ("1e-3", 3): 3.20, ("2e-3", 0): 3.05,
+              ("4e-3", 0): 3.30,
               ("5e-4", 0): 3.40}
     record = tune(SPEC, lambda cells: {c: losses[c] for c in cells})
     assert record["best_lr"] == "1e-3"
 
 
 def test_an_lr_where_most_seeds_diverged_does_not_win_on_its_survivor():
-    spec = {**SPEC, "grid_seeds": [0, 1, 2]}
+    spec = {**SPEC, "grid_seeds": [0, 1, 2], "claim_seeds": [3]}
     losses = {"1e-3": [3.3, 3.3, 3.3], "2e-3": [3.2, 3.2, 3.2], "4e-3": [2.5, None, None]}
     results = {(lr, s): v[s] for lr, v in losses.items() for s in range(3)}
     record = decide(spec, results)
-    assert record["best_lr"] == "2e-3" and record["done"]
+    assert record["best_lr"] == "2e-3" and record["cells"][-1] == ("2e-3", 3)
 
 
 # ---------------------------------------------------------------- divergence
@@ -126,3 +128,24 @@ def test_a_run_that_ends_worse_than_it_started_diverged():
 @pytest.mark.parametrize("window,planned,patience", [(0.1, 100, 10), (0.1, 5, 1), (1.0, 7, 7)])
 def test_patience_is_a_share_of_the_planned_steps(window, planned, patience):
     assert DivergenceRule(1.0, window, 1.3, planned).patience == patience
+
+
+@pytest.mark.parametrize("claim_seeds,biased", [([1, 2, 3], False), ([0, 1, 2], True)])
+def test_the_reported_mean_is_unbiased_when_claim_seeds_are_not_the_grid_seeds(claim_seeds, biased):
+    """Monte Carlo through tune(): a 5-point grid chosen on seed 0 with seed sd 0.1; the mean over the claim
+    seeds at the chosen LR minus its true loss. Disjoint seeds: within ±0.005; the grid seed among them
+    (the winner's curse): biased low."""
+    rng = random.Random(1)
+    lrs = ["1e-3", "2e-3", "4e-3", "8e-3", "1.6e-2"]
+    truth = {lr: 3.0 + 0.01 * math.log(float(lr) / 4e-3) ** 2 for lr in lrs}
+    errors = []
+    for _ in range(3000):
+        draws = {}
+
+        def train(cells):
+            return {c: draws.setdefault(c, truth[c[0]] + rng.gauss(0, 0.1)) for c in cells}
+        spec = {**SPEC, "lrs": lrs, "claim_seeds": claim_seeds, "max_extensions": 0}
+        best = tune(spec, train)["best_lr"]
+        errors.append(sum(draws[(best, s)] for s in claim_seeds) / len(claim_seeds) - truth[best])
+    bias = sum(errors) / len(errors)
+    assert (bias < -0.02) if biased else (abs(bias) < 0.005), bias

@@ -115,6 +115,7 @@ BAD_CONFIGS = [
     (lambda c: c["optimizers"]["adamw"].update(weight_decy=0.1), "optimizers.adamw: Bad hyperparameter"),
     (lambda c: c["optimizers"]["adamw"].update(betas=[0.9]), "optimizers.adamw.betas: betas=[0.9] must be two numbers"),
     (lambda c: c["optimizers"]["adamw"].update(weight_decay=-1), "optimizers.adamw.weight_decay: weight_decay=-1 must be"),
+    (lambda c: c.update(seeds=[0, 1], claim_seeds=[1, 2]), "experiments.sweep: claim seeds [1] are also grid seeds"),
 ]
 
 
@@ -144,7 +145,7 @@ def test_a_grid_on_its_edge_is_extended_until_its_best_lr_is_interior(tmp_path):
     config = yaml.safe_load(TINY.read_text())
     config["experiments"] = {"grid": {"models": ["T"], "tokens": 4096, "optimizers": ["adamw"], "batch_sizes": [8],
                                       "lr_grid": {"adamw": [3.0e-3]}, "artifacts": ["lr_sensitivity"]}}
-    config.update(tuning={"max_extensions": 4, "extension_factor": 4.0}, claim_seeds=[0, 1])
+    config.update(tuning={"max_extensions": 4, "extension_factor": 4.0}, claim_seeds=[1, 2])
     path = tmp_path / "grid.yaml"
     path.write_text(yaml.safe_dump(config))
     workdir = copy_workflow(tmp_path / "wf")
@@ -174,7 +175,7 @@ def test_verdicts_of_a_config_whose_answer_is_known(tmp_path):
               "artifacts": ["val_loss_vs_batch"]}
     config["experiments"] = {"merit_wins": {**common, "lr_grid": {"adamw": crippled, "merit": good["merit"]}},
                              "merit_loses": {**common, "lr_grid": {"adamw": good["adamw"], "merit": crippled}}}
-    config.update(claim_seeds=[0], tuning={"max_extensions": 0})
+    config.update(claim_seeds=[1, 2], tuning={"max_extensions": 0})
     path = tmp_path / "known.yaml"
     path.write_text(yaml.safe_dump(config))
     workdir = copy_workflow(tmp_path / "wf")
@@ -182,10 +183,14 @@ def test_verdicts_of_a_config_whose_answer_is_known(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     verdicts = {name: json.loads((workdir / "paper_figures" / "val_loss_vs_batch" / f"{name}.json").read_text())
                 for name in config["experiments"]}
-    assert verdicts["merit_wins"]["result"] == "held", verdicts["merit_wins"]["reasons"]
-    assert verdicts["merit_loses"]["result"] == "did not hold", verdicts["merit_loses"]["reasons"]
+    merit_vs_adamw = {name: next(s for s in v["statements"] if s["claim"].startswith("MERIT vs AdamW"))
+                      for name, v in verdicts.items()}
+    assert merit_vs_adamw["merit_wins"]["result"] == "held", merit_vs_adamw["merit_wins"]["reasons"]
+    assert merit_vs_adamw["merit_loses"]["result"] == "did not hold", merit_vs_adamw["merit_loses"]["reasons"]
     readme = (workdir / "paper_figures" / "README.md").read_text()
     assert "| **held** |" in readme and "| **did not hold** |" in readme
+    claims = pd.read_csv(workdir / "paper_figures" / "claims.csv")
+    assert set(claims.experiment) == {"merit_wins", "merit_loses"} and (claims.subject_n == 2).all()
 
 
 def test_lint_is_clean():

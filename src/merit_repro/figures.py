@@ -1,5 +1,7 @@
 """Pure figure functions: lines in, matplotlib figure out, saved as PNG and PDF."""
 
+import math
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -7,11 +9,12 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
 
 # One colour per optimizer, the same in every figure.
 COLORS = {"adamw": "tab:blue", "lamb": "tab:orange", "merit": "tab:green", "maxlamb": "tab:purple",
           "merit_noclip": "tab:olive", "merit_nofloor": "tab:cyan", "merit_noelementwise": "tab:pink",
-          "adamw+qknorm": "tab:red", "merit+qknorm": "tab:brown"}
+          "adamw+qknorm": "tab:red", "merit+qknorm": "tab:brown", "ideal": "tab:gray"}
 
 
 @dataclass
@@ -24,7 +27,6 @@ class Line:
     marker: str | None = None
     err: list | None = None      # error bars (seed std)
     hollow: bool = False         # the paper's values: hollow markers
-    twin: bool = False           # on a right-hand axis (the paper's values when our model is a stand-in)
 
 
 @dataclass
@@ -35,7 +37,8 @@ class Panel:
     lines: list = field(default_factory=list)
     logx: bool = False
     logy: bool = False
-    xticks: list | None = None
+    xticks: list | None = None   # ticks at these values, labelled as plain numbers (batch sizes, LRs)
+    empty_text: str = "no finished runs"
 
 
 def _plot(ax, line):
@@ -49,39 +52,39 @@ def _plot(ax, line):
         ax.plot(line.x, line.y, **style)
 
 
+def _wrap(text, width_in):
+    return "\n".join(textwrap.wrap(text, max(20, int(width_in * 11))))
+
+
 def draw(panels, width=6.4, height=4.0, suptitle=None):
-    fig, axes = plt.subplots(1, len(panels), figsize=(width * len(panels), height), squeeze=False)
+    """One row of panels; each legend sits below its panel, off the data; titles wrap to the figure."""
+    legend_rows = max([math.ceil(sum(bool(line.x) for line in p.lines) / 2) for p in panels] or [0])
+    fig, axes = plt.subplots(1, len(panels), figsize=(width * len(panels), height + 0.22 * legend_rows),
+                             squeeze=False, layout="constrained")
     for ax, panel in zip(axes[0], panels):
         lines = [line for line in panel.lines if line.x]
-        twin_lines = [line for line in lines if line.twin]
-        twin = ax.twinx() if twin_lines else None
         for line in lines:
-            _plot(twin if line.twin else ax, line)
-        for a in [ax] + ([twin] if twin else []):
-            if panel.logx:
-                a.set_xscale("log", base=2)
-            if panel.logy:
-                a.set_yscale("log")
-        if twin:
-            twin.set_ylabel(f"{panel.ylabel}, the paper's (hollow)")
+            _plot(ax, line)
+        if panel.logx:
+            ax.set_xscale("log", base=2)
+        if panel.logy:
+            ax.set_yscale("log")
+            plain = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")
+            ax.yaxis.set_major_formatter(plain)
+            ax.yaxis.set_minor_formatter(plain)
         if panel.xticks:
-            ax.set_xticks(panel.xticks, [str(t) for t in panel.xticks])
-            ax.minorticks_off() if not panel.logy else None
-        ax.set_title(panel.title)
+            ax.set_xticks(panel.xticks, [f"{t:g}" for t in panel.xticks])
+            ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+        ax.set_title(_wrap(panel.title, width), fontsize="medium")
         ax.set_xlabel(panel.xlabel)
         ax.set_ylabel(panel.ylabel)
         ax.grid(True, alpha=0.3)
         if lines:
-            handles, labels = ax.get_legend_handles_labels()
-            if twin:
-                more = twin.get_legend_handles_labels()
-                handles, labels = handles + more[0], labels + more[1]
-            ax.legend(handles, labels, fontsize="small")
+            ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, fontsize="small", frameon=False)
         else:
-            ax.text(0.5, 0.5, "no finished runs", ha="center", va="center", transform=ax.transAxes)
+            ax.text(0.5, 0.5, panel.empty_text, ha="center", va="center", transform=ax.transAxes)
     if suptitle:
-        fig.suptitle(suptitle)
-    fig.tight_layout()
+        fig.suptitle(_wrap(suptitle, width * len(panels)))
     return fig
 
 

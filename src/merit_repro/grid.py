@@ -64,10 +64,14 @@ def grid_seeds(config, name):
 
 
 def claim_seeds(config, name):
-    """Seeds the best LR of each group is trained with (chosen after the grid; default: the grid seeds)."""
+    """Seeds the best LR of each group is trained with after the choice, and the only seeds its results are
+    reported over (default: as many seeds as the grid's, numbered after them). Disjoint from the grid seeds."""
     exp = config["experiments"][name]
     seeds = exp.get("claim_seeds", config.get("claim_seeds"))
-    return [int(s) for s in seeds] if seeds is not None else grid_seeds(config, name)
+    if seeds is None:
+        grid = grid_seeds(config, name)
+        return [max(grid) + 1 + i for i in range(len(grid))]
+    return [int(s) for s in seeds]
 
 
 def lr_list(exp, model, optimizer):
@@ -253,6 +257,12 @@ def validate(config):
         for opt in exp["optimizers"]:
             if opt not in OPTIMIZERS:
                 problems.append(f"{where}.optimizers: {opt!r} is unknown; known optimizers: {', '.join(sorted(OPTIMIZERS))}")
+        shared = sorted(set(grid_seeds(config, name)) & set(claim_seeds(config, name)))
+        if shared:
+            problems.append(f"{where}: claim seeds {shared} are also grid seeds; the seeds that choose an LR must not "
+                            "report it (its mean would be biased low): give claim_seeds other seeds than seeds")
+        if not claim_seeds(config, name):
+            problems.append(f"{where}: claim_seeds is empty; every best LR needs at least one seed to report it")
         for artifact in exp.get("artifacts", []):
             if artifact not in ARTIFACTS:
                 problems.append(f"{where}.artifacts: {artifact!r} is unknown; known artifacts: {', '.join(ARTIFACTS)}")

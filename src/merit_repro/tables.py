@@ -16,7 +16,7 @@ RUN_COLUMNS = ["model", "tokens", "optimizer", "batch", "lr", "seed", "run_dir",
 GROUP = ["experiment", "model", "tokens", "optimizer", "batch"]
 CELL = ["model", "tokens", "optimizer", "batch", "lr", "seed"]
 # Run metrics aggregated over the seeds at a group's best LR (mean, and std as "<metric>_std").
-AGGREGATED = ["final_val_loss", "lambada_ppl", "lambada_acc", "peak_mal", "n_layers_mal_over_threshold", "loss_spikes"]
+AGGREGATED = ["final_val_loss", "best_val_loss", "lambada_ppl", "lambada_acc", "peak_mal", "n_layers_mal_over_threshold", "loss_spikes"]
 
 
 def mal_by_layer(mal):
@@ -80,7 +80,8 @@ def _grid_text(decision):
 
 def best_lr_table(decisions, runs):
     """Per group: the tuning decision (best LR, grid edge, extensions) and the run metrics at its best LR,
-    aggregated over every seed trained there (mean and sample std)."""
+    aggregated over its claim seeds (mean and sample std). The grid seeds that chose the LR are left out,
+    so the reported mean is not biased by the choice (the winner's curse)."""
     runs = runs.astype({"tokens": str, "lr": str})
     rows = []
     for d in decisions:
@@ -90,7 +91,7 @@ def best_lr_table(decisions, runs):
                    extensions=" ".join(d["extensions"]), n_diverged=sum(len(r["diverged_seeds"]) for r in d["table"]),
                    grid=_grid_text(d))
         if d["best_lr"] is not None:
-            seeds = [c["seed"] for c in d["cells"] if c["lr"] == d["best_lr"]]
+            seeds = [c["seed"] for c in d["cells"] if c["lr"] == d["best_lr"] and c["seed_origin"] == "claim"]
             at_best = runs[(runs.model == g["model"]) & (runs.tokens == str(g["tokens"]))
                            & (runs.optimizer == g["optimizer"]) & (runs.batch == int(g["batch"]))
                            & (runs.lr == d["best_lr"]) & runs.seed.isin(seeds)]

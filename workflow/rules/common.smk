@@ -164,7 +164,7 @@ def experiment_artifacts(name):
 
 
 def final_outputs():
-    outputs = [f"{RESULTS}/tables/best_lr.csv", f"{FIGURES}/README.md"]
+    outputs = [f"{RESULTS}/tables/best_lr.csv", f"{FIGURES}/README.md", f"{FIGURES}/claims.csv"]
     for name in config["experiments"]:
         outputs += [f"{prefix}{ext}" for prefix in experiment_artifacts(name) for ext in (".png", ".md")]
     return outputs

@@ -68,7 +68,8 @@ rule figures_readme:
         [f"{prefix}.json" for name in config["experiments"] for prefix in experiment_artifacts(name)],
         [f"{prefix}.md" for name in config["experiments"] for prefix in experiment_artifacts(name)],
     output:
-        report(f"{FIGURES}/README.md", caption="../report/readme.rst", category="index"),
+        readme=report(f"{FIGURES}/README.md", caption="../report/readme.rst", category="index"),
+        claims=report(f"{FIGURES}/claims.csv", caption="../report/readme.rst", category="index"),
     conda:
         ENV
     log:
