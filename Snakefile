@@ -14,7 +14,6 @@ if not workflow.overwrite_configfiles:
     configfile: "config/config.yaml"
 
 
-
 validate(config, "workflow/schemas/config.schema.yaml")
 
 
@@ -28,6 +27,6 @@ include: "workflow/rules/report.smk"
 
 
 rule all:
+    default_target: True
     input:
         final_outputs(),
-    default_target: True

@@ -19,7 +19,7 @@ from merit_repro.optim import OPTIMIZERS
 
 try:
     grid.validate(config)
-except ValueError as err:   # the key path and the fix, without a traceback
+except ValueError as err:  # the key path and the fix, without a traceback
     raise WorkflowError(str(err)) from None
 
 PYTHON = sys.executable  # the interpreter running Snakemake, so jobs see the same packages
@@ -56,8 +56,9 @@ def run_dir(cell):
 
 
 def cell_settings(wildcards):
-    return grid.cell_config(config, wildcards.model, wildcards.tokens, wildcards.optimizer, wildcards.batch,
-                            wildcards.lr, wildcards.seed)
+    return grid.cell_config(
+        config, wildcards.model, wildcards.tokens, wildcards.optimizer, wildcards.batch, wildcards.lr, wildcards.seed
+    )
 
 
 def prepare_args(dataset, out, threads):

@@ -4,16 +4,16 @@
 rule prepare_data:
     output:
         meta=f"{RESULTS}/data/{{dataset}}/meta.json",
-    params:
-        python=PYTHON,
-        args=lambda wc, output, threads: prepare_args(wc.dataset, str(Path(output.meta).parent), threads),
-    conda:
-        ENV
     log:
         f"{RESULTS}/logs/data/{{dataset}}.log",
+    conda:
+        ENV
     threads: 4
     resources:
         mem_mb=lambda wc, attempt: 8000 * attempt,
         runtime=lambda wc, attempt: 240 * attempt,
+    params:
+        python=PYTHON,
+        args=lambda wc, output, threads: prepare_args(wc.dataset, str(Path(output.meta).parent), threads),
     shell:
         "{params.python:q} -m merit_repro.data prepare {params.args:q} > {log:q} 2>&1"

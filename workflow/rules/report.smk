@@ -1,5 +1,6 @@
 # Tuned groups -> tables/{runs,cells,best_lr}.csv -> the paper's artifacts in paper_figures/ (small files only).
 
+
 # Seconds of work each: on a cluster they run where Snakemake runs instead of waiting in the queue.
 localrules:
     tune_lr,
@@ -16,13 +17,13 @@ rule collect_runs:
     output:
         runs=f"{RESULTS}/tables/runs.csv",
         cells=f"{RESULTS}/tables/cells.csv",
+    log:
+        f"{RESULTS}/logs/report/collect_runs.log",
+    conda:
+        ENV
     params:
         results=lambda wc, output: str(Path(output.runs).parents[1]),
         mal_threshold=config["report"].get("mal_threshold", 100),
-    conda:
-        ENV
-    log:
-        f"{RESULTS}/logs/report/collect_runs.log",
     script:
         "../scripts/collect_runs.py"
 
@@ -33,10 +34,10 @@ rule select_best_lr:
         runs=f"{RESULTS}/tables/runs.csv",
     output:
         f"{RESULTS}/tables/best_lr.csv",
-    conda:
-        ENV
     log:
         f"{RESULTS}/logs/report/select_best_lr.log",
+    conda:
+        ENV
     script:
         "../scripts/select_best_lr.py"
 
@@ -49,16 +50,20 @@ rule artifact:
         paper=PAPER_NUMBERS,
     output:
         table=multiext(f"{FIGURES}/{{artifact}}/{{experiment}}", ".csv", ".md", ".tex", ".json"),
-        png=report(f"{FIGURES}/{{artifact}}/{{experiment}}.png", caption="../report/artifact.rst",
-                   category="{artifact}", subcategory="{experiment}"),
+        png=report(
+            f"{FIGURES}/{{artifact}}/{{experiment}}.png",
+            caption="../report/artifact.rst",
+            category="{artifact}",
+            subcategory="{experiment}",
+        ),
         pdf=f"{FIGURES}/{{artifact}}/{{experiment}}.pdf",
+    log:
+        f"{RESULTS}/logs/report/{{artifact}}/{{experiment}}.log",
+    conda:
+        ENV
     params:
         report=grid.sorted_dict(config["report"]),
         experiment=lambda wc: grid.sorted_dict(config["experiments"][wc.experiment]),
-    conda:
-        ENV
-    log:
-        f"{RESULTS}/logs/report/{{artifact}}/{{experiment}}.log",
     script:
         "../scripts/artifact.py"
 
@@ -70,9 +75,9 @@ rule figures_readme:
     output:
         readme=report(f"{FIGURES}/README.md", caption="../report/readme.rst", category="index"),
         claims=report(f"{FIGURES}/claims.csv", caption="../report/readme.rst", category="index"),
-    conda:
-        ENV
     log:
         f"{RESULTS}/logs/report/figures_readme.log",
+    conda:
+        ENV
     script:
         "../scripts/figures_readme.py"

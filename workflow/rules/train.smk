@@ -12,23 +12,23 @@ rule train:
         metrics=f"{RESULTS}/runs/{CELL}/metrics.csv",
         mal=f"{RESULTS}/runs/{CELL}/mal.csv",
         diagnostics=f"{RESULTS}/runs/{CELL}/diagnostics.csv",
-    params:
-        python=PYTHON,
-        cell=lambda wc: json.dumps(cell_settings(wc), sort_keys=True),
-        gpus=lambda wc: grid.model_gpus(config, wc.model),
-        out_dir=lambda wc, output: str(Path(output.summary).parent),
-    conda:
-        ENV
     log:
         f"{RESULTS}/logs/train/{CELL}.log",
     benchmark:
         f"{RESULTS}/benchmarks/train/{CELL}.tsv"
+    conda:
+        ENV
     threads: 1
     resources:
         gpu=lambda wc: grid.model_gpus(config, wc.model),
         mem_mb=lambda wc, attempt: 4000 * attempt,
         runtime=lambda wc, attempt: math.ceil(job_minutes(wc, attempt)),
         time_budget_s=lambda wc, attempt: time_budget_seconds(wc, attempt),
+    params:
+        python=PYTHON,
+        cell=lambda wc: json.dumps(cell_settings(wc), sort_keys=True),
+        gpus=lambda wc: grid.model_gpus(config, wc.model),
+        out_dir=lambda wc, output: str(Path(output.summary).parent),
     shell:
         "{params.python:q} -m merit_repro.launch --cell {params.cell:q} --out {params.out_dir:q} "
         "--gpus {params.gpus} --threads {threads} --time-budget-seconds {resources.time_budget_s} > {log:q} 2>&1"
@@ -40,13 +40,13 @@ checkpoint tune_lr:
         tune_inputs,
     output:
         f"{RESULTS}/tuning/{GROUP}/round{{round}}.json",
+    log:
+        f"{RESULTS}/logs/tuning/{GROUP}/round{{round}}.log",
+    conda:
+        ENV
     params:
         python=PYTHON,
         spec=tune_spec,
-    conda:
-        ENV
-    log:
-        f"{RESULTS}/logs/tuning/{GROUP}/round{{round}}.log",
     shell:
         "{params.python:q} -m merit_repro.tuning --spec {params.spec:q} --out {output:q} > {log:q} 2>&1"
 
@@ -58,9 +58,9 @@ rule tuned_group:
         runs=final_runs,
     output:
         f"{RESULTS}/tuning/{GROUP}/final.json",
-    conda:
-        ENV
     log:
         f"{RESULTS}/logs/tuning/{GROUP}/final.log",
+    conda:
+        ENV
     shell:
         "cp {input.decision:q} {output:q} 2> {log:q}"

@@ -21,9 +21,10 @@ def mal_tables(ctx, prefix):
     threshold = ctx.report.get("mal_threshold", 100)
     over = f"layers_mal>{threshold:g}"
     rows, panels, settings, growth, counts = [], [], [], {o: [] for o in ctx.optimizers()}, []
-    reached = pd.to_numeric(ctx.runs.peak_mal, errors="coerce").max()
-    untested = "" if reached >= threshold else (f"no run of this experiment has a MAL above {threshold:g} (the largest "
-                                                f"is {reached:.3g}): the count is zero for every optimizer")
+    reported = [ctx.seed_runs(r.model, r.optimizer, r.batch) for r in ctx.best.itertuples()]
+    reached = max([pd.to_numeric(r.peak_mal, errors="coerce").max() for r in reported if len(r)] or [0.0])
+    untested = "" if reached >= threshold else (f"no reported run of this experiment has a MAL above {threshold:g} "
+                                                f"(the largest is {reached:.3g}): the count is zero for every optimizer")
     for model in ctx.spec["models"]:
         batches = ctx.batches(model)
         panel = Panel(f"{model}", "batch size (sequences)", "peak MAL (all layers and steps)", logx=True, logy=True,
