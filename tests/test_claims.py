@@ -148,3 +148,31 @@ def false_verdicts(settings, n=3, sd=0.1, experiments=2000, seed=0):
 @pytest.mark.parametrize("settings", [1, 2, 3])
 def test_with_every_optimizer_equal_false_verdicts_stay_within_alpha(settings):
     assert false_verdicts(settings) <= S.alpha
+
+
+def test_one_seed_sides_share_their_pooled_estimate_in_the_df():
+    pooled = Pooled(std=0.1, df=4)
+    c = compare(est("merit", 3.0), est("lamb", 3.3), S, pooled=pooled)
+    assert c.df == pytest.approx(4) and c.se == pytest.approx(0.1 * math.sqrt(2))
+
+
+def test_a_grid_edge_inside_a_trend_counts_with_its_sign():
+    """MERIT's advantage at 64 is merit@64 - adamw@64: more tuning of an AdamW on its edge could shrink it."""
+    q = lambda label, m, edge=False: est(label, m, 0.01, 3, at_edge=edge)  # noqa: E731
+    gap_large = q("merit@64", 2.7) - q("adamw@64", 3.0, edge=True)
+    gap_small = q("merit@16", 2.5) - q("adamw@16", 2.5)
+    c = compare(gap_large, gap_small, S)
+    assert c.outcome == "undecided" and "adamw@64" in c.why
+    gap_large = q("merit@64", 2.7, edge=True) - q("adamw@64", 3.0)
+    assert compare(gap_large, gap_small, S).outcome == "better"    # more tuning of MERIT only widens the gap
+
+
+def test_no_worse_fails_only_when_confidently_beyond_the_tolerance():
+    ref = est("adamw", 3.00, 0.0, 3)
+    # d = 0.03, noise = t(0.975, 2) x 0.0093 = 0.040: the interval reaches inside the tolerance (0.015)
+    unsure = statement("m", [Setting("S", "64", est("merit", 3.03, 0.0161, 3), ref)], S, NO_WORSE)
+    assert unsure.result == INCONCLUSIVE
+    sure = statement("m", [Setting("S", "64", est("merit", 3.10, 0.0161, 3), ref)], S, NO_WORSE)
+    assert sure.result == NOT_HELD
+    edge = statement("m", [Setting("S", "64", est("merit", 3.00, 0.001, 3, at_edge=True), ref)], S, NO_WORSE)
+    assert edge.result == HELD    # more tuning of the subject could only lower it

@@ -130,8 +130,8 @@ class Estimate:
 
     @property
     def missing(self):
-        if self.parts:
-            return any(e.missing for _, e in self.parts)
+        if self.parts and any(e.missing for _, e in self.parts):
+            return True
         return self.mean is None or (isinstance(self.mean, float) and math.isnan(self.mean))
 
     @property
@@ -146,8 +146,8 @@ class Estimate:
     def __sub__(self, other):
         parts = ((1.0, self), (-1.0, other))
         mean = None if self.missing or other.missing else self.mean - other.mean
-        if mean is not None and math.isnan(mean):   # inf - inf
-            mean = math.nan
+        if mean is not None and math.isnan(mean):   # inf - inf: no value
+            mean = None
         return Estimate(f"{self.label} - {other.label}", mean, parts=parts)
 
     def at(self, batch):
@@ -196,6 +196,7 @@ class Comparison:
     tolerance: float | None = None
     basis: str = ""
     why: str = ""
+    edge_rises: bool = False    # a reference-side best LR on its grid edge: more tuning could raise d
 
     def text(self, digits=3):
         return f"{self.subject.text(digits)} vs {self.reference.text(digits)}: {self.why}"
@@ -203,18 +204,21 @@ class Comparison:
 
 def welch(leaves, pooled=None):
     """(se, df, notes) of a sum of independent seed means; None for se when a one-seed term has no pooled
-    noise to stand in for its spread."""
-    variances, notes = [], []
+    noise to stand in for its spread. The one-seed terms share one pooled estimate, so they enter
+    Welch–Satterthwaite as a single term with the pooled df, not as independent ones."""
+    variances, shared, notes = [], 0.0, []
     for c, e in leaves:
         if e.n == 0:            # a constant
             continue
         if e.n == 1:
             if pooled is None:
                 return None, None, [f"{e.label} has one seed and there is no pooled seed noise to weigh it"]
-            variances.append((c * c * pooled.std ** 2, pooled.df))
+            shared += c * c * pooled.std ** 2
             notes.append(f"{e.label} (n=1) takes the experiment's pooled seed sd {pooled.std:.3g} (df {pooled.df})")
         else:
             variances.append((c * c * e.std ** 2 / e.n, e.n - 1))
+    if shared:
+        variances.append((shared, pooled.df))
     total = sum(v for v, _ in variances)
     if total <= 0:
         return 0.0, math.inf, notes
@@ -263,13 +267,17 @@ def compare(a, b, stats, tests=1, floor=None, pooled=None):
 
 
 def _edge(c):
-    """Undecided where more tuning of a side whose best LR is on its grid edge could change the outcome."""
-    for side, unless in ((c.subject, "better"), (c.reference, "worse")):
-        edges = [e for coefficient, e in side.leaves() if e.at_edge]
-        if edges and c.outcome != unless:
-            c.outcome = "undecided"
-            c.why += f"; but {edges[0].label}'s best LR {edges[0].lr} is on its grid edge (a tuning failure)"
-            break
+    """A best LR on its grid edge is a tuning failure: more tuning could only lower that side's value, so d
+    could fall (an edge term entering d with +) or rise (with -). An outcome such a change could overturn
+    becomes undecided; a tie stays a tie, with the edge said (``edge_rises`` for the no-worse rule)."""
+    leaves = c.subject.leaves() + c.reference.leaves(-1.0)
+    falls = [e for k, e in leaves if e.at_edge and k > 0]
+    rises = [e for k, e in leaves if e.at_edge and k < 0]
+    c.edge_rises = bool(rises)
+    blocking = rises if c.outcome == "better" else falls if c.outcome == "worse" else falls + rises
+    if blocking and c.outcome != "undecided":
+        c.outcome = c.outcome if c.outcome == "tie" else "undecided"
+        c.why += f"; but {blocking[0].label}'s best LR {blocking[0].lr} is on its grid edge (a tuning failure)"
     return c
 
 
@@ -313,7 +321,8 @@ class Row:
                 "subject_lr": s.subject.lr, "reference_mean": reference["mean"], "reference_sd": reference["sd"],
                 "reference_n": reference["n"], "reference_lr": s.reference.lr,
                 "difference": c.difference if c else None, "se": c.se if c else None, "df": c.df if c else None,
-                "margin": c.margin if c else None, "tests": self.tests,
+                "margin": c.margin if c else None, "noise": c.noise if c else None,
+                "tolerance": c.tolerance if c else None, "tests": self.tests,
                 "basis": s.not_tested or (c.basis or c.why if c else ""), "verdict": self.verdict,
                 "why": self.reason()})
 
@@ -336,12 +345,20 @@ def _finite(e):
 
 
 def _row_verdict(c, kind):
-    if c.outcome == "worse":
-        return NOT_HELD
+    """lower: held when better, did not hold when worse. no worse (non-inferiority): held when the upper
+    confidence bound d + noise is inside the tolerance, did not hold when the lower bound d - noise is
+    beyond it (or the subject diverged everywhere)."""
     if kind == LOWER:
-        return HELD if c.outcome == "better" else INCONCLUSIVE
-    if c.outcome == "better" or (c.outcome == "tie" and c.difference + (c.noise or 0.0) < c.tolerance):
-        return HELD       # confidently within the tolerance of the reference
+        return HELD if c.outcome == "better" else NOT_HELD if c.outcome == "worse" else INCONCLUSIVE
+    if c.outcome == "undecided":
+        return INCONCLUSIVE
+    if c.difference is None:    # decided by divergence
+        return HELD if c.outcome == "better" else NOT_HELD
+    noise = c.noise or 0.0
+    if c.difference + noise < c.tolerance and not c.edge_rises:
+        return HELD
+    if c.difference - noise > c.tolerance and c.outcome == "worse":
+        return NOT_HELD
     return INCONCLUSIVE
 
 

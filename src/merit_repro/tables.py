@@ -100,11 +100,12 @@ def best_lr_table(decisions, runs):
                 values = pd.to_numeric(at_best[metric], errors="coerce").dropna()
                 row[metric] = float(values.mean()) if len(values) else None
                 row[f"{metric}_std"] = float(values.std(ddof=1)) if len(values) > 1 else 0.0 if len(values) else None
+                row[f"{metric}_n"] = len(values)   # seeds with a value (a seed may lack LAMBADA or a finite MAL)
             layers = at_best.peak_mal_layer.dropna()
             row["peak_mal_layer"] = int(layers.mode().min()) if len(layers) else None
         rows.append(row)
     columns = GROUP + ["status", "lr", "at_edge", "n_lrs", "extensions", "n_diverged", "n_seeds", "seeds"] + \
-        [c for m in AGGREGATED for c in (m, f"{m}_std")] + ["peak_mal_layer", "grid"]
+        [c for m in AGGREGATED for c in (m, f"{m}_std", f"{m}_n")] + ["peak_mal_layer", "grid"]
     return pd.DataFrame(rows).reindex(columns=columns)
 
 

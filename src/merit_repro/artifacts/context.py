@@ -122,9 +122,9 @@ class Context:
             return Estimate(label, None)
         if row.status != "ok":
             return Estimate(label, math.inf)
-        mean = row.get(metric)
+        mean, n = row.get(metric), row.get(f"{metric}_n", row.n_seeds)   # seeds that have this metric
         return Estimate(label, None if pd.isna(mean) else float(mean), _number(row.get(f"{metric}_std")),
-                        int(row.n_seeds) if pd.notna(row.n_seeds) else 0, bool(row.at_edge), row.lr)
+                        int(n) if pd.notna(n) else 0, bool(row.at_edge), row.lr)
 
     def pooled(self, metric="final_val_loss"):
         """The experiment's seed noise of a metric, pooled over its groups with two or more claim seeds."""

@@ -12,7 +12,8 @@ from .context import stands_in
 
 CLAIM_COLUMNS = ["artifact", "experiment", "claim", "model", "batch", "subject", "reference", "subject_mean",
                  "subject_sd", "subject_n", "reference_mean", "reference_sd", "reference_n", "difference", "margin",
-                 "basis", "verdict", "kind", "subject_lr", "reference_lr", "se", "df", "tests", "why"]
+                 "basis", "verdict", "kind", "subject_lr", "reference_lr", "se", "df", "noise", "tolerance", "tests",
+                 "why"]
 
 
 def claims_table(verdicts):
@@ -25,11 +26,11 @@ def protocol(config):
     stats = Stats.from_report(config.get("report", {}))
     return (f"Each LR is chosen on the grid seeds ({', '.join(map(str, config.get('seeds', [0])))}) and reported over "
             "other seeds, the claim seeds, trained at the chosen LR afterwards, so the reported mean is not biased by "
-            "the choice; an LR where any seed diverged is disqualified and the next best gets the claim seeds. "
+            "the choice; an LR where any seed diverged, a claim seed too, is disqualified and the next best gets the claim "
+            "seeds, so a reported mean is that of an LR whose claim seeds all finished. "
             "A statement compares the subject with the reference (lower is better): the difference counts when it "
             f"exceeds Welch's t critical value (two-sided, alpha {stats.alpha:g}, Welch–Satterthwaite degrees of "
-            f"freedom) times its standard error, and the tolerance ({stats.tolerance:g} of the value; one evaluation "
-            "interval for steps). A side with one seed takes its experiment's pooled seed sd (said in `basis`). "
+            f"freedom) times its standard error, and the tolerance ({stats.tolerance:g} of the value). A side with one seed takes its experiment's pooled seed sd (said in `basis`). "
             "A statement made in k settings tests each at alpha / k and holds when all hold, so with every optimizer "
             "equal it is held or did-not-hold at most alpha of the time. **inconclusive**: within the margin, a "
             "missing cell, or a best LR still on its grid edge after the extensions; **not tested at this scale**: "

@@ -15,7 +15,7 @@ STYLES = ["-", "--", ":", "-."]
 
 
 def lr_sensitivity(ctx, prefix):
-    runs = ctx.runs.assign(lr_value=ctx.runs.lr.astype(float), diverged=ctx.runs.status != "ok")
+    runs = ctx.runs.assign(lr_value=ctx.runs.lr.astype(float), diverged=ctx.runs.status.isin(["diverged"]))
     keys = ["model", "optimizer", "batch", "lr", "lr_value", "lr_origin"]
     grid = (runs[runs.seed_origin == "grid"].groupby(keys, as_index=False)
             .agg(grid_seeds=("seed", "count"), n_diverged=("diverged", "sum"), selection_loss=("final_val_loss", "mean")))

@@ -22,7 +22,8 @@ def mal_tables(ctx, prefix):
     over = f"layers_mal>{threshold:g}"
     rows, panels, settings, growth, counts = [], [], [], {o: [] for o in ctx.optimizers()}, []
     reported = [ctx.seed_runs(r.model, r.optimizer, r.batch) for r in ctx.best.itertuples()]
-    reached = max([pd.to_numeric(r.peak_mal, errors="coerce").max() for r in reported if len(r)] or [0.0])
+    peaks = pd.concat([pd.to_numeric(r.peak_mal, errors="coerce") for r in reported if len(r)] or [pd.Series([0.0])])
+    reached = peaks.max() if peaks.notna().any() else 0.0
     untested = "" if reached >= threshold else (f"no reported run of this experiment has a MAL above {threshold:g} "
                                                 f"(the largest is {reached:.3g}): the count is zero for every optimizer")
     for model in ctx.spec["models"]:

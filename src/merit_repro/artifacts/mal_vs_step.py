@@ -10,6 +10,7 @@ the same depth fractions (8/24, 17/24).
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from ..claims import Estimate, Pooled, Setting, statement
@@ -31,7 +32,10 @@ def layers_of(group, n_layers):
 
 def per_seed_layers(ctx, model, opt, batch):
     """[per-layer peak MAL over steps, one Series per claim seed]."""
-    return [mal_by_layer(pd.read_csv(Path(d) / "mal.csv")) for d in ctx.seed_runs(model, opt, batch).run_dir]
+    def read(run_dir):
+        mal = pd.read_csv(Path(run_dir) / "mal.csv")
+        return mal_by_layer(mal[np.isfinite(mal["mal"])])
+    return [read(d) for d in ctx.seed_runs(model, opt, batch).run_dir]
 
 
 def group_estimate(ctx, model, opt, batch, group, n_layers):
@@ -53,7 +57,8 @@ def group_estimate(ctx, model, opt, batch, group, n_layers):
 def mal_vs_step(ctx, prefix):
     model = ctx.spec["models"][0]
     batch = ctx.batches(model)[-1]
-    n_layers = int(ctx.runs[ctx.runs.model == model].n_layers.max())
+    n_layers = ctx.runs[ctx.runs.model == model].n_layers.max()
+    n_layers = int(n_layers) if pd.notna(n_layers) else 0
     middle = max(1, n_layers // 2)
     panels = []
     for layer in (1, middle):
@@ -82,7 +87,7 @@ def mal_vs_step(ctx, prefix):
     ctx.figure(panels, prefix, f"Figure 2: MAL of {model} at batch {batch}, layers 1 and {middle}, and every layer")
     est = {(o, g): group_estimate(ctx, model, o, batch, g, n_layers) for o in ctx.optimizers()
            for g in (*GROUPS, "all")}
-    pooled = Pooled.of(list(est.values()))
+    pooled = Pooled.of([est[(o, "all")] for o in ctx.optimizers()])   # one per group: the groups share seeds
     claims = [("early", "merit", "adamw", "in the early layers (1-8 of 24), MERIT suppresses AdamW's MAL"),
               ("early", "lamb", "adamw", "in the early layers (1-8 of 24), LAMB suppresses AdamW's MAL"),
               ("middle", "merit", "lamb", "in the middle layers (9-17 of 24), MERIT reduces LAMB's MAL spikes"),
