@@ -117,6 +117,8 @@ def test_a_statement_over_settings_tests_each_at_alpha_over_k():
     assert s.rows[0].comparison.margin == pytest.approx(t_critical(0.05 / 3, 4) * 0.05 * math.sqrt(2 / 3))
     mixed = statement("a", settings[:2] + [Setting("S", "64", q(3.4), q(3.0))], S)
     assert mixed.result == NOT_HELD
+    open_ = statement("a", settings[:2] + [Setting("S", "64", q(3.0), q(3.0))], S)
+    assert [r.verdict for r in open_.rows] == [HELD, HELD, INCONCLUSIVE] and open_.result == INCONCLUSIVE
 
 
 def test_no_worse_needs_confidence_within_the_tolerance():
