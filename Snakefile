@@ -3,7 +3,7 @@
 #   snakemake --cores all --configfile config/paper.yaml # the paper's grid, on GPUs
 # Stages: workflow/rules/{common,data,train,report}.smk; training is `python -m merit_repro.train`.
 
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
 
 min_version("9.0")
 
@@ -14,9 +14,8 @@ if not workflow.overwrite_configfiles:
     configfile: "config/config.yaml"
 
 
-validate(config, "workflow/schemas/config.schema.yaml")
-
-
+# common.smk checks the config files as data, then validates the config against
+# workflow/schemas/config.schema.yaml and checks every cell, before any job.
 report: "workflow/report/workflow.rst"
 
 

@@ -31,6 +31,7 @@ UNIT = ["tests/test_optim.py", "tests/test_model.py", "tests/test_tuning.py", "t
         "tests/test_report.py", "tests/test_data.py"]
 TRAIN = UNIT + ["tests/test_train.py"]
 ALL = TRAIN + ["tests/test_bad_input.py", "tests/test_workflow.py"]
+INTEGRITY = ["tests/test_integrity.py"]
 
 
 @dataclass
@@ -166,6 +167,20 @@ MUTATIONS = [
       [('    if "maxlamb" in opts and "lamb" in opts:', "    if False:")], UNIT),
     M("paper_direction_ignored", "per-batch statements ignore the direction the paper prints", "src/merit_repro/artifacts/context.py",
       [("        return (b, a) if pa is not None and pb is not None and pb < pa else (a, b)", "        return (a, b)")], UNIT),
+    # -- integrity: the report's numbers are the configured cells' complete runs on their data
+    M("files_unchecked", "the collect step trusts run files whatever their rows and checksums", "src/merit_repro/integrity.py",
+      [("    return problems + file_problems(run_dir, summary)", "    return problems")], INTEGRITY),
+    M("settings_unchecked", "the collect step takes a run of other settings", "src/merit_repro/integrity.py",
+      [("    if changed:\n        problems.append(", "    if False:\n        problems.append(")], INTEGRITY),
+    M("corpus_ignored_when_complete", "a finished run counts as complete on another corpus", "src/merit_repro/train.py",
+      [("    if then != now:\n        raise UserError(f\"{out_dir} was trained on corpora",
+        "    if False:\n        raise UserError(f\"{out_dir} was trained on corpora")], INTEGRITY),
+    M("verify_trusts_marker", "data verify trusts its size+mtime marker", "src/merit_repro/data.py",
+      [("        meta = verify(args.data_dir, trust_marker=False)", "        meta = verify(args.data_dir)")], INTEGRITY),
+    M("umask_ignored", "result files written 0600 whatever the umask", "src/merit_repro/utils.py",
+      [("        os.fchmod(fd, 0o666 & ~current_umask())\n", "")], INTEGRITY),
+    M("warm_limits_ignored", "the warm trainer keeps the server's umask and limits", "src/merit_repro/warmstart.py",
+      [("    declined = adopt_limits(request)", "    declined = None")], INTEGRITY),
 ]
 
 

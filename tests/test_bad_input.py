@@ -19,7 +19,7 @@ from merit_repro.runfiles import CsvLog
 from merit_repro.utils import atomic_torch_save
 from test_train import cell_file, rows_written, run_cli
 from test_workflow import TINY as TINY_WORKFLOW
-from test_workflow import copy_workflow, snakemake
+from test_workflow import copy_workflow, dump_config, snakemake
 
 
 def one_error_line(result):
@@ -64,7 +64,7 @@ def test_the_dataset_string_never_reaches_a_shell(tmp_path):
     workdir = copy_workflow(tmp_path / "wf")
     config = yaml.safe_load(TINY_WORKFLOW.read_text())
     config["data"]["shakespeare-bytes"]["dataset"] = "textfile:x || touch PWNED #"
-    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(config))
+    (tmp_path / "bad.yaml").write_text(dump_config(config))
     r = snakemake(workdir, "results/data/shakespeare-bytes/meta.json", config=tmp_path / "bad.yaml")
     assert r.returncode != 0
     assert not list(workdir.rglob("PWNED")) and not (tmp_path / "PWNED").exists()
@@ -78,7 +78,7 @@ def test_paths_with_spaces(tmp_path):
     config.update(results="my results", figures="my figures", claim_seeds=[1])
     config["experiments"] = {"one": {"models": ["T"], "tokens": 2048, "optimizers": ["adamw"], "batch_sizes": [8],
                                      "lr_grid": {"adamw": [3.0e-3]}, "artifacts": ["lr_sensitivity"]}}
-    (workdir / "spaced config.yaml").write_text(yaml.safe_dump(config))
+    (workdir / "spaced config.yaml").write_text(dump_config(config))
     r = snakemake(workdir, config=workdir / "spaced config.yaml")
     assert r.returncode == 0, r.stderr[-3000:]
     assert (workdir / "my figures" / "lr_sensitivity" / "one.png").exists()
@@ -203,7 +203,7 @@ def test_cost_cli_errors(tmp_path):
                                                             capture_output=True, text=True))
     config = yaml.safe_load(TINY_WORKFLOW.read_text())
     config["experiments"]["sweep"]["lr_grid"]["adamw"] = [3e-3, -1.0]
-    (tmp_path / "c.yaml").write_text(yaml.safe_dump(config))
+    (tmp_path / "c.yaml").write_text(dump_config(config))
     line = one_error_line(subprocess.run(cost + [str(tmp_path / "c.yaml")], capture_output=True, text=True))
     assert "experiments.sweep.lr_grid.adamw[1]=-1.0 must be a number > 0" in line
 

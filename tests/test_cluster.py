@@ -16,7 +16,8 @@ import pytest
 import yaml
 
 from merit_repro.runfiles import TIMING_COLUMNS
-from test_workflow import REPO, TINY, copy_workflow
+from merit_repro.utils import UserError
+from test_workflow import REPO, TINY, copy_workflow, dump_config
 
 HOLDER = """
 import json, sys, time
@@ -50,7 +51,7 @@ def test_gpu_slots_refuse_more_than_the_pool(monkeypatch, tmp_path):
     from merit_repro.gpu_slots import gpu_slots
 
     monkeypatch.setenv("MERIT_GPU_LOCK_DIR", str(tmp_path))
-    with pytest.raises(RuntimeError, match="needs 3 GPUs but the pool has 2"):
+    with pytest.raises(UserError, match="needs 3 GPUs but the pool has 2"):
         with gpu_slots(3, pool=["0", "1"]):
             pass
 
@@ -97,7 +98,7 @@ SLURM_OVERRIDES = ["--workflow-profile", "profiles/slurm", "--jobs", "4", "--slu
 def workflow_dir(tmp_path, name, config):
     workdir = copy_workflow(tmp_path / name)
     shutil.copytree(REPO / "profiles", workdir / "profiles")
-    (workdir / "cfg.yaml").write_text(yaml.safe_dump(config))
+    (workdir / "cfg.yaml").write_text(dump_config(config))
     return workdir
 
 

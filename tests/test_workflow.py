@@ -87,11 +87,26 @@ def test_nothing_to_do_after_a_complete_run(finished):
     assert r.returncode == 0 and "Nothing to be done" in r.stdout + r.stderr
 
 
+def test_a_run_file_cut_short_stops_the_report(finished, tmp_path):
+    """Half of a finished cell's mal.csv gone: the collect step names the run and how to retrain it, exits
+    non-zero, and no table is made from it (the peak MAL used to change silently)."""
+    workdir = tmp_path / "wf"
+    shutil.copytree(finished, workdir, symlinks=True)
+    run = "results/runs/T/4096/merit/bs8/lr5e-3/seed0"
+    mal = workdir / run / "mal.csv"
+    mal.write_text("".join(mal.read_text().splitlines(keepends=True)[:5]))
+    r = snakemake(workdir)
+    out = r.stdout + r.stderr
+    assert r.returncode != 0 and f"{run}: mal.csv has 4 rows where summary.json vouches for" in out, out[-3000:]
+    assert f"delete {run}/summary.json and run the workflow again to retrain it" in out
+    assert not (workdir / "results" / "tables" / "runs.csv").exists()
+
+
 def test_changing_a_figure_setting_reruns_only_artifact_rules(finished, tmp_path):
     config = yaml.safe_load(TINY.read_text())
     config["report"]["dpi"] = 80
     changed = tmp_path / "changed.yaml"
-    changed.write_text(yaml.safe_dump(config))
+    changed.write_text(dump_config(config))
     r = snakemake(finished, "-n", config=changed)
     assert r.returncode == 0, r.stderr[-2000:]
     counts = job_counts(r.stdout + r.stderr)
@@ -118,19 +133,53 @@ BAD_CONFIGS = [
     (lambda c: c["optimizers"]["adamw"].update(betas=[0.9]), "optimizers.adamw.betas: betas=[0.9] must be two numbers"),
     (lambda c: c["optimizers"]["adamw"].update(weight_decay=-1), "optimizers.adamw.weight_decay: weight_decay=-1 must be"),
     (lambda c: c.update(seeds=[0, 1], claim_seeds=[1, 2]), "experiments.sweep: claim seeds [1] are also grid seeds"),
+    # names that must be a path segment and a wildcard value (a stale report used to follow, exit 0)
+    (lambda c: c["data"].update({"sh{x}": c["data"]["shakespeare-bytes"]}), "data: 'sh{x}' does not match"),
+    (lambda c: c["models"].update({"L" * 300: c["models"]["T"]}), "models: 'LLLLLLLL"),
+    (lambda c: c["data"].update({False: c["data"]["shakespeare-bytes"]}), "data: False is not of type 'string'"),
+    (lambda c: c.update(results="res{model}"), "results: 'res{model}' does not match '^[^{}]+$'"),
+    # the report's inputs and the model's shape, before any job (they used to fail after all training)
+    (lambda c: c["experiments"]["sweep"]["paper"].update(batch_sizes={8: "lots"}),
+     "experiments.sweep.paper.batch_sizes.8: 'lots' is not of type 'integer'"),
+    (lambda c: c["models"]["T"].update(n_head=0), "models.T.n_head: n_head=0 must be >= 1 or null"),
+    (lambda c: c["experiments"]["sweep"].update(tokens=float("nan")), "experiments.sweep.tokens=nan must be a finite"),
 ]
+# Config files that are not plain data: refused with the file and line (TINY's text, edited).
+BAD_CONFIG_TEXTS = [
+    (lambda t: t + "report: {dpi: 80}\n", "duplicate key report (first at line"),
+    (lambda t: t.replace("optimizers:\n", "optimizers:\n  lamb: &a {eps: 1.0e-6}\n  maxlamb2: *a\n", 1),
+     "YAML anchors and aliases are refused"),
+    (lambda t: "__use_yte__: true\n" + t.replace("    paper: {batch_sizes: {4: 128, 8: 1024}}\n", ""),
+     "__use_yte__ makes Snakemake run the file as a YTE template"),
+]
+
+
+class PlainDumper(yaml.SafeDumper):
+    """Writes a value shared by two keys twice, as a person would: no anchors (the workflow refuses them)."""
+
+    def ignore_aliases(self, data):
+        return True
+
+
+def dump_config(config):
+    return yaml.dump(config, Dumper=PlainDumper)
+
+
+def edited(edit):
+    config = yaml.safe_load(TINY.read_text())
+    edit(config)
+    return config
 
 
 def test_every_invalid_config_fails_before_any_job(tmp_path):
     """Each bad config is refused by the pre-flight check, naming its key path; no job runs. The dry runs
     go side by side (each is a Snakemake start-up)."""
     runs = []
-    for i, (edit, message) in enumerate(BAD_CONFIGS):
+    texts = [(lambda text, edit=edit: dump_config(edited(edit)), message) for edit, message in BAD_CONFIGS]
+    for i, (edit, message) in enumerate(texts + BAD_CONFIG_TEXTS):
         workdir = copy_workflow(tmp_path / f"wf{i}")
-        config = yaml.safe_load(TINY.read_text())
-        edit(config)
         bad = tmp_path / f"bad{i}.yaml"
-        bad.write_text(yaml.safe_dump(config))
+        bad.write_text(edit(TINY.read_text()))
         cmd = [sys.executable, "-m", "snakemake", "--cores", "1", "--configfile", str(bad)]
         runs.append((workdir, message, subprocess.Popen(cmd, cwd=workdir, stdout=subprocess.PIPE,
                                                         stderr=subprocess.STDOUT, text=True)))
@@ -149,7 +198,7 @@ def test_a_grid_on_its_edge_is_extended_until_its_best_lr_is_interior(tmp_path):
                                       "lr_grid": {"adamw": [3.0e-3]}, "artifacts": ["lr_sensitivity"]}}
     config.update(tuning={"max_extensions": 4, "extension_factor": 4.0}, claim_seeds=[1, 2])
     path = tmp_path / "grid.yaml"
-    path.write_text(yaml.safe_dump(config))
+    path.write_text(dump_config(config))
     workdir = copy_workflow(tmp_path / "wf")
     r = snakemake(workdir, config=path)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -179,7 +228,7 @@ def test_verdicts_of_a_config_whose_answer_is_known(tmp_path):
                              "merit_loses": {**common, "lr_grid": {"adamw": good["adamw"], "merit": crippled}}}
     config.update(claim_seeds=[1, 2], tuning={"max_extensions": 0})
     path = tmp_path / "known.yaml"
-    path.write_text(yaml.safe_dump(config))
+    path.write_text(dump_config(config))
     workdir = copy_workflow(tmp_path / "wf")
     r = snakemake(workdir, config=path)
     assert r.returncode == 0, r.stderr[-3000:]

@@ -12,8 +12,14 @@ from dataclasses import asdict, dataclass, field, fields
 
 import yaml
 
-from .model import MODEL_SIZES
+from .sizes import MODEL_SIZES
 from .optim import OPTIMIZERS
+
+
+# Keys that choose resources, not results: a run may resume under different values of these.
+RESOURCE_KEYS = {"micro_batch_size", "device", "compile", "checkpoint_every", "checkpoint_every_minutes", "log_every",
+                 "keep_checkpoint", "save_model", "peak_flops", "lambada_dir"}
+MAX_BATCH_SIZE = 2**24   # sequences in one global batch: far above the paper's 6144, far below a hang
 
 
 @dataclass
@@ -103,6 +109,12 @@ class CellConfig:
         if problems:   # the checks below compare values: they need the right kinds first
             return problems
         check = lambda ok, key, message: None if ok else problems.append((key, f"{key}={message}"))  # noqa: E731
+        for f in fields(self):   # inf or nan pass every comparison below the wrong way, or hang a loop
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                problems.append((f.name, f"{f.name}={value} must be a finite number"))
+        if problems:
+            return problems
         check(self.model in MODEL_SIZES, "model", f"{self.model!r} is unknown; known models: {', '.join(MODEL_SIZES)}")
         check(self.optimizer in OPTIMIZERS, "optimizer",
               f"{self.optimizer!r} is unknown; known optimizers: {', '.join(sorted(OPTIMIZERS))}")
@@ -111,6 +123,16 @@ class CellConfig:
             check(getattr(self, key) >= 1, key, f"{getattr(self, key)} must be >= 1")
         for key in ("eval_every_tokens", "micro_batch_size"):
             check(getattr(self, key) is None or getattr(self, key) >= 1, key, f"{getattr(self, key)} must be >= 1 or null")
+        check(self.batch_size <= MAX_BATCH_SIZE, "batch_size",
+              f"{self.batch_size} is more sequences than any run takes (at most {MAX_BATCH_SIZE:,})")
+        check(0 <= self.seed < 2**63, "seed", f"{self.seed} must be in [0, 2**63)")
+        for key in ("n_layer", "n_head", "n_embd"):
+            check(getattr(self, key) is None or getattr(self, key) >= 1, key, f"{getattr(self, key)} must be >= 1 or null")
+        shape = {**MODEL_SIZES.get(self.model, {}), **{k: getattr(self, k) for k in ("n_layer", "n_head", "n_embd")
+                                                       if getattr(self, k) is not None}}
+        if shape.get("n_head", 0) >= 1 and shape.get("n_embd", 0) >= 1:
+            check(shape["n_embd"] % shape["n_head"] == 0, "n_embd",
+                  f"{shape['n_embd']} is not divisible by n_head={shape['n_head']}")
         check(self.lr > 0, "lr", f"{self.lr} must be > 0")
         check(len(self.betas) == 2 and all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1
                                            for b in self.betas), "betas",
@@ -147,6 +169,16 @@ class CellConfig:
         d = asdict(self)
         d["betas"] = list(self.betas)
         return d
+
+
+def result_config(cfg: CellConfig):
+    """The settings of a cell that change its result: what a checkpoint or finished run must share with it."""
+    return {k: v for k, v in cfg.to_dict().items() if k not in RESOURCE_KEYS}
+
+
+def result_settings(settings: dict):
+    """result_config of a settings dict (a workflow cell's, or a summary.json's "config")."""
+    return result_config(CellConfig.from_dict(settings))
 
 
 def type_problems(cfg):

@@ -25,7 +25,7 @@ import torch
 
 from .corpora import OWT_TRAIN_TOKENS, OWT_VAL_TOKENS, Corpus, lambada_texts, load_corpus, source_fingerprint
 from .tokenizers import get_tokenizer, token_dtype
-from .utils import UserError, atomic_write_json, cli, library_versions, read_json
+from .utils import UserError, atomic_write_json, cli, library_versions, named_error, read_json
 
 SPLITS = ("train", "val")
 VERIFIED_MARKER = ".verified.json"
@@ -106,9 +106,9 @@ def _write_split(path, batches, tokenizer, n_docs, num_proc, max_tokens=None, de
     try:
         n_tokens, sha = _stream_tokens(tmp, batches, tokenizer, dtype, n_docs, num_proc, max_tokens, desc)
         os.replace(tmp, path)
-    except BaseException:   # a full disk, an interrupt: no temporary file is left behind
+    except BaseException as err:   # a full disk, an interrupt: no temporary file is left behind
         tmp.unlink(missing_ok=True)
-        raise
+        raise named_error(err, path)
     return n_tokens, sha
 
 
@@ -220,23 +220,32 @@ def _fingerprint(path):
 
 
 def _mark_verified(data_dir, meta):
+    """Remember that the files checked out (so a trainer can skip re-hashing them); a corpus on a read-only
+    mount is simply hashed again next time."""
     marks = {s["file"]: _fingerprint(data_dir / s["file"]) for s in meta["splits"].values()}
-    atomic_write_json(data_dir / VERIFIED_MARKER, marks)
+    try:
+        atomic_write_json(data_dir / VERIFIED_MARKER, marks)
+    except OSError:
+        pass
 
 
 def verify(data_dir, tokenizer=None, deep=True, trust_marker=True):
     """Check a prepared corpus against its meta.json and return the meta.
 
-    Sizes are always checked; checksums too when ``deep`` (skipped for files whose size and mtime
-    match the last successful check, unless not ``trust_marker``). Raises DataError naming the
-    problem and the fix.
+    Sizes are always checked; checksums too when ``deep`` (a trainer skips files whose size and mtime
+    match the last successful check, ``trust_marker``; ``data verify`` reads every byte). Raises
+    DataError naming the problem and the fix.
     """
     data_dir = Path(data_dir)
     meta_path = data_dir / "meta.json"
     if not meta_path.exists():
         raise DataError(f"{data_dir} is not a prepared corpus (no meta.json); run "
                         f"`python -m merit_repro.data prepare --dataset ... --tokenizer ... --out {data_dir}`")
-    meta = read_json(meta_path)
+    try:
+        meta = read_json(meta_path)
+        meta["splits" if "splits" in meta else "files"].values()
+    except (ValueError, UnicodeDecodeError, KeyError, TypeError, AttributeError):
+        raise DataError(f"{meta_path} cannot be read as a corpus's meta.json; prepare {data_dir} again (--force)") from None
     if tokenizer is not None and meta["tokenizer"]["name"] != tokenizer:
         raise DataError(f"{data_dir} was prepared with tokenizer {meta['tokenizer']['name']!r} but the config asks for "
                         f"{tokenizer!r}; prepare the data with that tokenizer or fix the config")
@@ -329,7 +338,7 @@ def main(argv=None):
     p.add_argument("--no-token-check", action="store_true",
                    help="keep an OpenWebText preparation whose token counts differ from nanoGPT's")
     p.add_argument("--force", action="store_true", help="overwrite a different or damaged preparation in --out")
-    v = sub.add_parser("verify", help="check sizes and checksums of a prepared corpus")
+    v = sub.add_parser("verify", help="check sizes and checksums (every byte) of a prepared corpus")
     v.add_argument("data_dir", type=Path)
     args = parser.parse_args(argv)
     if args.command == "prepare":
@@ -338,7 +347,7 @@ def main(argv=None):
                 num_proc=args.num_proc, hf_path=args.hf_path, revision=args.revision, force=args.force,
                 token_check=not args.no_token_check)
     else:
-        meta = verify(args.data_dir)
+        meta = verify(args.data_dir, trust_marker=False)
         print(f"[data] {args.data_dir}: OK ({json.dumps({k: v.get('tokens') for k, v in meta.get('splits', {}).items()})})")
     return 0
 

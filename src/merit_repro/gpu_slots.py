@@ -15,6 +15,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from .utils import UserError
+
 
 def device_pool():
     """Device ids to share: $MERIT_GPUS (a count, or ids with commas), $CUDA_VISIBLE_DEVICES, or all."""
@@ -47,8 +49,8 @@ def gpu_slots(n, pool=None, poll_seconds=1.0, timeout_seconds=None, log=print):
     """Hold n devices of the pool for the duration of the block; yields their ids."""
     pool = pool if pool is not None else device_pool()
     if n > len(pool):
-        raise RuntimeError(f"a job needs {n} GPUs but the pool has {len(pool)} ({','.join(pool) or 'none'}); "
-                           "set MERIT_GPUS or give the model fewer gpus in the config")
+        raise UserError(f"a job needs {n} GPUs but the pool has {len(pool)} ({','.join(pool) or 'none'}); "
+                        "set MERIT_GPUS or give the model fewer gpus in the config")
     directory = lock_dir()
     directory.mkdir(parents=True, exist_ok=True)
     start, waited = time.monotonic(), False

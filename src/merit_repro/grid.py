@@ -8,6 +8,7 @@ other setting comes from ``cell_defaults``, ``models[model]`` and ``optimizers[o
 cell shared by several experiments is one path and trains once.
 """
 
+import math
 from dataclasses import dataclass, fields
 
 from .tuning import canonical
@@ -105,6 +106,22 @@ def tuning_spec(config, group):
             "claim_seeds": claim_seeds(config, group.experiment),
             "max_extensions": int(tuning.get("max_extensions", 2)),
             "extension_factor": float(tuning.get("extension_factor", 2.0))}
+
+
+def group_expectation(config, group):
+    """What the collect step checks a tuned group's runs against: its tuning spec, and the settings its cells
+    share (cell_settings adds each cell's lr and seed)."""
+    return {"spec": tuning_spec(config, group),
+            "settings": cell_config(config, group.model, group.tokens, group.optimizer, group.batch, "1", 0)}
+
+
+def cell_settings(expectation, lr, seed):
+    return {**expectation["settings"], "lr": float(lr), "seed": int(seed)}
+
+
+def group_corpora(config, group):
+    settings = cell_config(config, group.model, group.tokens, group.optimizer, group.batch, "1", 0)
+    return [d for d in (settings["data_dir"], settings["lambada_dir"]) if d]
 
 
 def experiment_cells(config, name):
@@ -230,12 +247,25 @@ def optimizer_problems(config, cell, cfg):
     return []
 
 
+def non_finite(obj, where="config"):
+    """(key path, value) of every inf or nan anywhere in obj."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return [(where, obj)]
+    if isinstance(obj, dict):
+        return [found for k, v in obj.items() for found in non_finite(v, f"{where}.{k}" if where != "config" else str(k))]
+    if isinstance(obj, (list, tuple)):
+        return [found for i, v in enumerate(obj) for found in non_finite(v, f"{where}[{i}]")]
+    return []
+
+
 def validate(config):
     """Checks the JSON schema cannot express, on every cell, before any job runs; raises ValueError
     naming the key path and the fix."""
     from .optim import OPTIMIZERS
 
-    problems = []
+    problems = [f"{where}={value} must be a finite number" for where, value in non_finite(config)]
+    if problems:   # every comparison below would pass or fail the wrong way
+        raise ValueError("invalid workflow config:\n  " + "\n  ".join(problems))
     models, data = config["models"], config["data"]
     for key, spec in models.items():
         if spec.get("data") not in data:

@@ -23,8 +23,8 @@ from pathlib import Path
 import yaml
 
 from . import warmstart
-from .gpu_slots import gpu_slots
-from .utils import atomic_write_bytes, cli
+from .gpu_slots import device_pool, gpu_slots
+from .utils import UserError, atomic_write_bytes, cli
 
 
 JOB_START = time.time()   # this module is imported first thing in a job
@@ -52,6 +52,10 @@ def train_command(config_path, out_dir, gpus, time_budget_seconds=None):
 
 def launch_cell(cell, out_dir, gpus=0, threads=1, time_budget_seconds=None):
     out_dir = Path(out_dir)
+    if gpus > 0 and len(device_pool()) < gpus:   # before torchrun starts a process per GPU to fail each
+        raise UserError(f"this cell needs {gpus} GPUs but {len(device_pool())} are visible (CUDA_VISIBLE_DEVICES="
+                        f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')!r}, MERIT_GPUS="
+                        f"{os.environ.get('MERIT_GPUS', 'unset')!r}); run it where they are, or give the model gpus: 0")
     out_dir.mkdir(parents=True, exist_ok=True)
     # A cell given GPUs trains on them or fails at once (no quiet fall-back to the CPU), unless its config
     # says device: cpu on purpose.

@@ -60,6 +60,23 @@ def runs_table(decisions, results, mal_threshold):
     return runs, cells
 
 
+def check_collected(decisions, expected, results):
+    """UserError unless every cell each tuned group kept is its configured cell's complete, intact run on the
+    corpus there now. decisions and expected: {final.json path: its decision, grid.group_expectation}."""
+    from .cell import result_settings
+    from .grid import Cell, cell_settings
+    from .integrity import check_runs
+
+    groups = []
+    for path, decision in decisions.items():
+        expectation, g = expected[path], decision["group"]
+        cells = [(Cell(g["model"], g["tokens"], g["optimizer"], g["batch"], c["lr"], c["seed"]).path(results),
+                  cell_settings(expectation, c["lr"], c["seed"])) for c in decision["cells"]]
+        groups.append((decision, expectation["spec"], cells))
+    check_runs(groups, result_settings, lambda run_dir: f"delete {run_dir}/summary.json and run the workflow again to "
+                                                        "retrain it")
+
+
 def cells_table(decisions):
     """Every cell each experiment trained, with why it exists (configured grid, extension, claim seed)."""
     rows = [dict(zip(GROUP, (d["group"][k] for k in GROUP)), lr=c["lr"], seed=c["seed"], lr_origin=c["lr_origin"],

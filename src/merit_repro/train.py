@@ -32,8 +32,8 @@ import torch
 import torch.distributed as dist
 import yaml
 
-from . import data
-from .cell import CellConfig, load_cell_config
+from . import data, integrity
+from .cell import CellConfig, load_cell_config, result_config
 from .divergence import DivergenceRule, new_state
 from .evaluate import lambada, validation_loss
 from .hardware import mfu, peak_flops
@@ -41,11 +41,8 @@ from .model import GPT, GPTConfig, padded_vocab_size
 from .optim import build, fastest_on, param_groups
 from .runfiles import DIAGNOSTICS_COLUMNS, MAL_COLUMNS, METRICS_COLUMNS, CsvLog, RunLock, TextLog
 from .utils import (UserError, atomic_torch_save, atomic_write_json, cli, describe_device, git_commit,
-                    library_versions, read_json)
+                    library_versions)
 
-# Keys that choose resources, not results: a run may resume under different values of these.
-RESOURCE_KEYS = {"micro_batch_size", "device", "compile", "checkpoint_every", "checkpoint_every_minutes", "log_every",
-                 "keep_checkpoint", "save_model", "peak_flops", "lambada_dir"}
 EXIT_CODES = {signal.SIGTERM: 143, signal.SIGINT: 130}
 
 
@@ -54,10 +51,6 @@ EXIT_TIME_BUDGET = 75   # EX_TEMPFAIL: stopped at its time budget with a checkpo
 
 class Stop(Exception):
     """Raised when a signal or the job's time budget stopped the run after checkpointing (args: exit code)."""
-
-
-def result_config(cfg: CellConfig):
-    return {k: v for k, v in cfg.to_dict().items() if k not in RESOURCE_KEYS}
 
 
 # ---------------------------------------------------------------- devices
@@ -101,9 +94,15 @@ def all_reduce(value, device, op=None):
     return t
 
 
+def divisors_of(n):
+    """Every divisor of n, largest first (in sqrt(n) steps: a batch of millions must not take minutes)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted({*small, *(n // d for d in small)}, reverse=True)
+
+
 def fit_micro_batch(cfg, model, per_rank_batch, device, autocast):
     """The largest divisor of the per-device batch that trains without running out of memory."""
-    divisors = [d for d in range(per_rank_batch, 0, -1) if per_rank_batch % d == 0]
+    divisors = divisors_of(per_rank_batch)
     if device.type != "cuda":
         return next(d for d in divisors if d <= 64)
     for micro in divisors:
@@ -144,14 +143,16 @@ def set_rng_state(state):
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def save_checkpoint(path, cfg, step, model, optimizer, loop, logs):
-    """Everything a resumed run needs to continue as if never stopped, the CSV logs' text included."""
-    atomic_torch_save({"config": result_config(cfg), "step": step, "model": model.state_dict(),
+def save_checkpoint(path, cfg, fingerprints, step, model, optimizer, loop, logs):
+    """Everything a resumed run needs to continue as if never stopped, the CSV logs' text included, and the
+    corpora it was trained on."""
+    atomic_torch_save({"config": result_config(cfg), "data_fingerprint": fingerprints, "step": step,
+                       "model": model.state_dict(),
                        "optimizer": optimizer.state_dict(), "rng": rng_state(), "loop": loop,
                        "logs": {name: log.snapshot() for name, log in logs.items()}}, path)
 
 
-def load_checkpoint(path, cfg):
+def load_checkpoint(path, cfg, fingerprints):
     """The checkpoint at path: tensors and plain data only (weights_only), or an error saying how to go on."""
     import pickle
     import warnings
@@ -173,6 +174,10 @@ def load_checkpoint(path, cfg):
         changed = sorted(k for k in ckpt["config"] if ckpt["config"][k] != result_config(cfg).get(k))
         raise UserError(f"{path} is a checkpoint of a different cell (keys {changed} differ); "
                         "delete it to start over, or use another --out")
+    if ckpt.get("data_fingerprint") != fingerprints:
+        raise UserError(f"{path} was trained on corpora {ckpt.get('data_fingerprint')} but the cell now reads "
+                        f"{fingerprints} (was {cfg.data_dir} prepared again?): resuming would mix two corpora; restore "
+                        "the data, or delete the checkpoint to start the cell over on the new one")
     return ckpt
 
 
@@ -191,8 +196,9 @@ class Run:
         self.master = self.rank == 0
         self.log = TextLog(self.out / "train.log", echo=True) if self.master else (lambda msg: None)
         self.meta = data.verify(cfg.data_dir, tokenizer=cfg.tokenizer)  # fails before any training
+        self.fingerprints = {"data": integrity.fingerprint(self.meta)}
         if cfg.lambada_dir:
-            data.verify(cfg.lambada_dir, tokenizer=cfg.tokenizer)
+            self.fingerprints["lambada"] = integrity.fingerprint(data.verify(cfg.lambada_dir, tokenizer=cfg.tokenizer))
         for split in data.SPLITS:
             n = self.meta["splits"][split]["tokens"]
             if n < cfg.block_size + 2:
@@ -208,7 +214,8 @@ class Run:
         torch.manual_seed(cfg.seed)
         self.model_config = GPTConfig.named(
             cfg.model, block_size=cfg.block_size, vocab_size=padded_vocab_size(self.meta["vocab_size"]),
-            qk_norm=cfg.qk_norm, **{k: getattr(cfg, k) for k in ("n_layer", "n_head", "n_embd") if getattr(cfg, k)})
+            qk_norm=cfg.qk_norm,
+            **{k: getattr(cfg, k) for k in ("n_layer", "n_head", "n_embd") if getattr(cfg, k) is not None})
         self.model = GPT(self.model_config).to(self.device)
         self.optimizer = build(cfg.optimizer, param_groups(self.model, cfg.weight_decay),
                                **fastest_on(self.device, cfg.optimizer, cfg.optimizer_kwargs()))
@@ -317,7 +324,7 @@ class Run:
                 "train_seconds": 0.0, "probe_seconds": 0.0, "eval_seconds": 0.0}
         if not self.ckpt_path.exists():
             return 0, loop, {}
-        ckpt = load_checkpoint(self.ckpt_path, self.cfg)
+        ckpt = load_checkpoint(self.ckpt_path, self.cfg, self.fingerprints)
         self.model.load_state_dict(ckpt["model"])
         self.optimizer.load_state_dict(ckpt["optimizer"])
         set_rng_state(ckpt["rng"])
@@ -354,7 +361,8 @@ class Run:
             out_of_time = out_of_time and done < cfg.steps   # at the last step, finishing is cheaper
             if stop or out_of_time or ((checkpoint_now or checkpoint_due) and done < cfg.steps):
                 if self.master:
-                    save_checkpoint(self.ckpt_path, cfg, done, self.model, self.optimizer, loop, self.csv_logs)
+                    save_checkpoint(self.ckpt_path, cfg, self.fingerprints, done, self.model, self.optimizer, loop,
+                                    self.csv_logs)
                 self.last_checkpoint = time.perf_counter()
                 if stop:
                     self.log(f"stopped by signal after step {done}; checkpoint saved, rerun to resume")
@@ -457,6 +465,7 @@ class Run:
             "world_size": self.world_size, "micro_batch_size": self.micro_batch, "grad_accum": self.accum,
             "config": cfg.to_dict(), "model_config": self.model.config_dict(), "versions": library_versions(),
             "git_commit": git_commit(), "device": describe_device(self.device), "data": self.meta.get("request"),
+            "data_fingerprint": self.fingerprints,
         }
         if self.master:
             if cfg.save_model:
@@ -470,6 +479,7 @@ class Run:
             for log in self.csv_logs.values():
                 log.finish()
             atomic_write_json(self.out / "eval.json", result)
+            summary["files"] = integrity.vouch(self.out)   # the collect step checks these rows and checksums
             atomic_write_json(self.out / "summary.json", summary)
             if not cfg.keep_checkpoint:
                 self.ckpt_path.unlink(missing_ok=True)
@@ -484,6 +494,26 @@ def last_step(metrics_text):
     return int(lines[-1].split(",", 1)[0]) if len(lines) > 1 else 0
 
 
+def already_complete(cfg, out_dir):
+    """The summary of the finished run in out_dir when it is this cell's, on the corpus there now; else an error
+    saying what differs."""
+    summary = integrity.read_summary(out_dir)
+    try:
+        same = result_config(CellConfig.from_dict(summary["config"])) == result_config(cfg)
+    except (TypeError, ValueError):
+        same = False
+    if not same:
+        raise UserError(f"{out_dir} holds a finished run of a different cell; use another --out or delete it")
+    then = summary.get("data_fingerprint")
+    now = integrity.cell_fingerprints(cfg.to_dict())
+    if then != now:
+        raise UserError(f"{out_dir} was trained on corpora {then} but the cell now reads {now} (was {cfg.data_dir} "
+                        f"prepared again?): its results are not this data's; restore the data, or delete "
+                        f"{out_dir} to retrain the cell on it")
+    print(f"[train] {out_dir} is already complete ({summary['status']}); nothing to do", flush=True)
+    return summary
+
+
 def train(cfg: CellConfig, out_dir, stop_at=None):
     """Run (or resume, or skip when already complete) one cell; returns its summary. Given stop_at (epoch
     seconds: a scheduler's job limit less time to checkpoint), the run checkpoints at the first log point
@@ -492,13 +522,8 @@ def train(cfg: CellConfig, out_dir, stop_at=None):
     out_dir.mkdir(parents=True, exist_ok=True)
     lock = RunLock(out_dir).acquire() if int(os.environ.get("RANK", "0")) == 0 else None
     try:
-        summary_path = out_dir / "summary.json"
-        if summary_path.exists():
-            summary = read_json(summary_path)
-            if result_config(CellConfig.from_dict(summary["config"])) == result_config(cfg):
-                print(f"[train] {out_dir} is already complete ({summary['status']}); nothing to do", flush=True)
-                return summary
-            raise UserError(f"{out_dir} holds a finished run of a different cell; use another --out or delete it")
+        if (out_dir / "summary.json").exists():
+            return already_complete(cfg, out_dir)
         return Run(cfg, out_dir, stop_at).run()
     finally:
         if dist.is_initialized():

@@ -142,9 +142,11 @@ def annotate(spec, record):
 
 def read_results(run_dirs):
     """{(lr, seed): final val loss or None} from each cell's summary.json (keys: (lr, seed) -> run dir)."""
+    from .integrity import read_summary
+
     results = {}
     for (lr, seed), run_dir in run_dirs.items():
-        summary = json.loads((Path(run_dir) / "summary.json").read_text())
+        summary = read_summary(run_dir)
         results[(lr, int(seed))] = summary["final_val_loss"] if summary["status"] == "ok" else None
     return results
 

@@ -1,6 +1,7 @@
 """Small helpers shared by the CLIs: atomic files, versions, provenance (torch imported only where used,
 so the job launcher starts fast)."""
 
+import errno
 import functools
 import json
 import math
@@ -19,11 +20,17 @@ class UserError(Exception):
     """Bad input (a config, a file, an argument): reported as one `error:` line, never a traceback."""
 
 
+# What a full, read-only or over-quota disk raises: the user's to fix, named as such.
+DISK_ERRORS = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
+               errno.EROFS: "the file system is read-only"}
+
+
 def cli(main):
     """Wrap a CLI's main: a user error ends it with one `error: ...` line on stderr and exit code 2.
 
     Besides UserError, what a bad file or argument raises at the boundary counts as a user error: a
-    missing or unreadable file, undecodable text, malformed YAML/JSON, a value of the wrong kind."""
+    missing or unreadable file, undecodable text, malformed YAML/JSON, a value of the wrong kind, a
+    full or read-only disk."""
     import yaml
 
     @functools.wraps(main)
@@ -34,12 +41,22 @@ def cli(main):
                 NotADirectoryError) as err:
             print(f"error: {one_line(err)}", file=sys.stderr)
             return 2
+        except OSError as err:
+            if err.errno not in DISK_ERRORS:
+                raise
+            print(f"error: {one_line(err)}", file=sys.stderr)
+            return 2
     return wrapper
 
 
 def one_line(err):
-    text = str(err) if not isinstance(err, (FileNotFoundError, IsADirectoryError, PermissionError)) \
-        else f"{err.strerror}: {err.filename}"
+    if isinstance(err, OSError) and err.errno in DISK_ERRORS:
+        text = (f"{DISK_ERRORS[err.errno]} ({err.strerror}) writing {err.filename or 'a file'}: free space (or write "
+                "somewhere else) and run again; a run resumes from its last checkpoint, nothing complete is lost")
+    elif isinstance(err, (FileNotFoundError, IsADirectoryError, PermissionError)):
+        text = f"{err.strerror}: {err.filename}"
+    else:
+        text = str(err)
     return " ".join(part.strip() for part in text.splitlines() if part.strip())
 
 
@@ -54,19 +71,34 @@ def finite_or_none(obj):
     return obj
 
 
+def current_umask():
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def named_error(err, path):
+    """err with the file it was writing named (a failed write() says only its errno)."""
+    if isinstance(err, OSError) and not err.filename:
+        err.filename = str(path)
+    return err
+
+
 def atomic_write_bytes(path, data: bytes):
-    """Write to a temporary file beside path, fsync, then rename over it."""
+    """Write to a temporary file beside path, fsync, then rename over it; the file gets the mode an ordinary
+    open() would (0666 less the umask), so collaborators the umask lets read results can read them."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
-        raise
+        raise named_error(err, path)
 
 
 def atomic_write_json(path, obj, indent=2):
@@ -75,22 +107,44 @@ def atomic_write_json(path, obj, indent=2):
     atomic_write_bytes(path, (text + "\n").encode())
 
 
+class _Recording:
+    """A binary file that keeps the OSError its write() raised: torch.save reports a failed write as a
+    RuntimeError ("unexpected pos ..."), which would hide a full disk."""
+
+    def __init__(self, f):
+        self.f, self.error = f, None
+
+    def write(self, data):
+        try:
+            return self.f.write(data)
+        except OSError as err:
+            self.error = err
+            raise
+
+    def __getattr__(self, name):
+        return getattr(self.f, name)
+
+
 def atomic_torch_save(obj, path):
     """torch.save to a temporary file beside path, fsync, then rename; a failed write (a full disk)
-    leaves neither a temporary file nor a damaged path."""
+    leaves neither a temporary file nor a damaged path, and raises the OSError that stopped it."""
     import torch
 
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
+    recording = None
     try:
         with open(tmp, "wb") as f:
-            torch.save(obj, f)
+            recording = _Recording(f)
+            torch.save(obj, recording)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         tmp.unlink(missing_ok=True)
-        raise
+        if recording is not None and recording.error is not None:
+            raise named_error(recording.error, path) from None
+        raise named_error(err, path)
 
 
 def read_json(path):

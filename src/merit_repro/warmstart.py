@@ -4,7 +4,7 @@ A fresh ``python -m merit_repro.train`` spends about 3 s before its first step o
 (importing torch, then the ``torch._dynamo`` import that torch's optimizers trigger), which is
 more than a demo cell trains. So the workflow's launcher (merit_repro.launch) asks a warm server
 to fork a trainer instead. The forked child is the same program with the same arguments,
-environment, working directory and stdout/stderr as a fresh one; every result is the same (each
+environment, working directory, umask, resource limits and stdout/stderr as a fresh one; every result is the same (each
 cell seeds its own RNGs), and the workflow keeps one job, one cell, one set of outputs.
 
 - The server is started by the first launcher that finds none, in its own session, and exits
@@ -14,6 +14,8 @@ cell seeds its own RNGs), and the workflow keeps one job, one cell, one set of o
 - The launcher passes its stdout/stderr to the child over the socket, forwards SIGTERM/SIGINT
   to it, and returns its exit code. If the launcher dies (Snakemake killed), the child sees the
   connection close and stops as on SIGTERM: it checkpoints and exits, so a rerun resumes.
+- The child takes the launcher's umask and resource limits (``ulimit``) too; when it cannot (a limit
+  above the server's hard limit), it declines and the launcher starts a fresh process.
 - Used for CPU cells only, and not under SLURM (a server started inside one job would die with
   it): GPU cells start in seconds anyway and spend hours training. ``MERIT_WARM_START=0``
   turns it off; any failure to reach a server falls back to a fresh process.
@@ -23,8 +25,10 @@ import fcntl
 import hashlib
 import json
 import os
+import resource
 import signal
 import socket
+import stat
 import struct
 import subprocess
 import sys
@@ -53,7 +57,8 @@ def socket_path():
     if len(str(folder)) > MAX_FOLDER_CHARS:   # a socket's path must fit in 107 bytes
         folder = Path("/tmp") / f"merit-repro-{os.getuid()}"
     folder.mkdir(mode=0o700, exist_ok=True)
-    if folder.stat().st_uid != os.getuid() or folder.stat().st_mode & 0o077:
+    st = folder.lstat()   # not stat(): a symlink planted there must not lead us into someone else's folder
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
         raise PermissionError(f"{folder} is not a private folder of this user")
     return folder / f"trainer-{digest.hexdigest()[:16]}.sock"
 
@@ -144,11 +149,12 @@ def run_train(argv, env, stdout=1, stderr=2, started=None):
     with sock:
         try:
             sock.settimeout(START_TIMEOUT_SECONDS)
-            send(sock, {"argv": list(argv), "env": dict(env), "cwd": os.getcwd()}, fds=(stdout, stderr))
+            send(sock, {"argv": list(argv), "env": dict(env), "cwd": os.getcwd(), **process_limits()},
+                 fds=(stdout, stderr))
             hello, _ = receive(sock)
         except OSError:
             return None
-        if not hello:
+        if not hello or "pid" not in hello:   # declined: it could not be this process's exact twin
             return None
         sock.settimeout(None)
         pid = hello["pid"]
@@ -162,6 +168,35 @@ def run_train(argv, env, stdout=1, stderr=2, started=None):
             for s, handler in previous.items():
                 signal.signal(s, handler)
         return finished["exit_code"] if finished else 128 + signal.SIGKILL   # the child was killed
+
+
+# ---------------------------------------------------------------- the same process, forked
+
+
+def process_limits():
+    """What a fresh process inherits besides its environment: the umask and every resource limit."""
+    from .utils import current_umask
+
+    names = {}
+    for name in sorted(n for n in dir(resource) if n.startswith("RLIMIT_")):
+        names.setdefault(getattr(resource, name), name)   # one name per limit (RLIMIT_OFILE is RLIMIT_NOFILE)
+    limits = {name: list(resource.getrlimit(which)) for which, name in names.items()}
+    return {"umask": current_umask(), "rlimits": limits}
+
+
+def adopt_limits(request):
+    """Take the launcher's umask and resource limits; the reason it cannot be done (a limit above this
+    process's hard limit), or None."""
+    os.umask(request["umask"])
+    for name, (soft, hard) in request["rlimits"].items():
+        which = getattr(resource, name, None)
+        if which is None:
+            return f"{name} is unknown here"
+        try:
+            resource.setrlimit(which, (soft, hard))
+        except (ValueError, OSError) as err:
+            return f"{name} {soft, hard}: {err}"
+    return None
 
 
 # ---------------------------------------------------------------- the server
@@ -179,6 +214,10 @@ def _child(conn, request, fds):
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    declined = adopt_limits(request)
+    if declined:   # the launcher starts a fresh process instead
+        send(conn, {"declined": declined})
+        os._exit(0)
     import torch
 
     torch.set_num_threads(max(1, int(request["env"].get("OMP_NUM_THREADS", "1"))))

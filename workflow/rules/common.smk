@@ -13,10 +13,19 @@ sys.path.insert(0, SRC)  # run from a checkout without installing ...
 os.environ.update(PYTHONPATH=os.pathsep.join([SRC, *filter(None, [os.environ.get("PYTHONPATH")])]))
 
 from snakemake.exceptions import WorkflowError
+from snakemake.utils import validate
 
-from merit_repro import grid
+from merit_repro import configfiles, grid
 from merit_repro.optim import OPTIMIZERS
+from merit_repro.utils import UserError
 
+SCHEMA = str(Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml")
+try:  # duplicate keys, aliases, templates: before anything reads the values; then the schema, in short lines
+    configfiles.check(workflow.configfiles)
+    configfiles.check_schema(config, SCHEMA)
+except UserError as err:
+    raise WorkflowError(str(err)) from None
+validate(config, SCHEMA)  # fills in the schema's defaults
 try:
     grid.validate(config)
 except ValueError as err:  # the key path and the fix, without a traceback
@@ -156,6 +165,19 @@ def final_runs(wildcards):
 
 def tuned_groups():
     return [f"{g.path(RESULTS)}/final.json" for g in GROUPS.values()]
+
+
+def configured_groups():
+    """Per tuned group (by its final.json), what the config asks of it: its tuning spec and its cells' settings
+    (lr and seed aside). The collect step checks every run against it; a change reruns that check."""
+    return grid.sorted_dict(
+        {f"{g.path(RESULTS)}/final.json": grid.group_expectation(config, g) for g in GROUPS.values()}
+    )
+
+
+def used_corpora():
+    """meta.json of every corpus a configured cell reads: a corpus prepared again reruns the collect step."""
+    return sorted({f"{d}/meta.json" for g in GROUPS.values() for d in grid.group_corpora(config, g)})
 
 
 def experiment_artifacts(name):

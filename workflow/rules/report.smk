@@ -13,7 +13,8 @@ localrules:
 
 rule collect_runs:
     input:
-        tuned_groups(),
+        decisions=tuned_groups(),
+        data=used_corpora(),
     output:
         runs=f"{RESULTS}/tables/runs.csv",
         cells=f"{RESULTS}/tables/cells.csv",
@@ -24,6 +25,7 @@ rule collect_runs:
     params:
         results=lambda wc, output: str(Path(output.runs).parents[1]),
         mal_threshold=config["report"].get("mal_threshold", 100),
+        expected=configured_groups(),
     script:
         "../scripts/collect_runs.py"
 

@@ -1,14 +1,23 @@
 """Every tuned group's cells -> results/tables/runs.csv (one row per distinct cell) and cells.csv (which
-cells each experiment trained, and why)."""
+cells each experiment trained, and why), once every one of them is checked to be a configured cell's
+complete, intact run on the corpus prepared now (merit_repro.integrity); otherwise no table is written."""
 import json
 import sys
 
+error_stream = sys.stderr
 sys.stderr = sys.stdout = open(snakemake.log[0], "w")
 
-from merit_repro.tables import runs_table  # noqa: E402
+from merit_repro.tables import check_collected, runs_table  # noqa: E402
+from merit_repro.utils import UserError  # noqa: E402
 
-decisions = [json.loads(open(path).read()) for path in snakemake.input]
-runs, cells = runs_table(decisions, snakemake.params.results, snakemake.params.mal_threshold)
+decisions = {path: json.loads(open(path).read()) for path in snakemake.input.decisions}
+try:
+    check_collected(decisions, snakemake.params.expected, snakemake.params.results)
+except UserError as err:
+    for stream in (sys.stdout, error_stream):
+        print(f"error: {err}", file=stream, flush=True)
+    sys.exit(1)
+runs, cells = runs_table(list(decisions.values()), snakemake.params.results, snakemake.params.mal_threshold)
 runs.to_csv(snakemake.output.runs, index=False)
 cells.to_csv(snakemake.output.cells, index=False)
-print(f"{len(runs)} runs ({(runs.status != 'ok').sum()} not ok) in {len(decisions)} groups")
+print(f"{len(runs)} runs ({(runs.status != 'ok').sum()} not ok) in {len(decisions)} groups, each checked")
