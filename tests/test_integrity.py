@@ -257,6 +257,10 @@ def test_the_workflow_preflight_covers_the_grid_numbers():
     config["models"]["T"]["n_layer"] = 0
     with pytest.raises(ValueError, match=r"models.T.n_layer: n_layer=0 must be >= 1"):
         grid.validate(config)
+    config = tiny_config()
+    config["models"]["T"]["n_layers"] = 4   # a typo of n_layer used to be a TypeError while Snakemake parsed
+    with pytest.raises(ValueError, match=r"models.T.n_layers is not a cell setting; known settings: batch_size"):
+        grid.validate(config)
 
 
 def test_a_huge_batch_is_split_into_micro_batches_at_once():
@@ -428,3 +432,55 @@ def test_in_process_runs_still_train(tmp_path, data_dir):
     """The shape checks let every named size through unchanged (n_layer etc. null: the size's own)."""
     run = in_process_run(tmp_path, data_dir, tokens=8 * 32 * 2)
     assert run.model_config.n_layer == 2 and run.run()["status"] == "ok"
+
+
+def test_a_cell_file_with_a_duplicate_key_is_refused(tmp_path, capsys):
+    cell = tmp_path / "cell.yaml"
+    cell.write_text("model: demo-tiny\nlr: 1.0e-3\nlr: 2.0e-3\n")
+    line = cli_error(train.main, ["--config", str(cell), "--out", str(tmp_path / "run")], capsys)
+    assert f"{cell}, line 3: duplicate key lr (first at line 2)" in line and not (tmp_path / "run").exists()
+
+
+def test_the_cost_tool_reads_a_config_as_the_workflow_does(tmp_path, capsys):
+    from merit_repro import cost
+
+    from test_workflow import TINY as TINY_WORKFLOW
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(TINY_WORKFLOW.read_text().replace("results: results", "results: res{model}"))
+    line = cli_error(cost.main, ["--configfile", str(bad)], capsys)
+    assert "results: 'res{model}' does not match" in line
+
+
+@pytest.mark.parametrize("damage", ["metrics.csv cut", "eval.json garbage"])
+def test_a_finished_run_with_damaged_files_is_not_complete(tmp_path, data_dir, capsys, damage):
+    config, run, corpus = trained_on_a_copy(tmp_path, data_dir, capsys)
+    if damage == "metrics.csv cut":
+        (run / "metrics.csv").write_text("".join((run / "metrics.csv").read_text().splitlines(keepends=True)[:5]))
+    else:
+        (run / "eval.json").write_bytes(b"\x00garbage")
+    line = cli_error(train.main, ["--config", str(config), "--out", str(run)], capsys)
+    name = damage.split()[0]
+    assert f"{run} is a finished run whose files no longer match its summary.json ({name} has" in line
+    assert f"delete {run / 'summary.json'} to retrain the cell" in line
+
+
+def test_a_corpus_prepared_with_other_options_than_the_config_is_refused(tmp_path):
+    from merit_repro import grid
+
+    config = {**tiny_config(), "results": str(tmp_path / "results")}
+    grid.validate(config)   # nothing prepared yet
+    data.prepare("shakespeare", "bytes", tmp_path / "results" / "data" / "shakespeare-bytes", max_train_tokens=50_000)
+    with pytest.raises(ValueError, match=r"data.shakespeare-bytes: .* was prepared with .*'max_train_tokens': 50000.* but "
+                                         r"the config asks for .*'max_train_tokens': None"):
+        grid.validate(config)
+    config["data"]["shakespeare-bytes"]["max_train_tokens"] = 50_000
+    grid.validate(config)
+
+
+def test_a_number_yaml_reads_as_text_gets_the_fix():
+    config = tiny_config()
+    config["experiments"]["sweep"]["batch_sizes"] = [4, "1e12"]
+    found = configfiles.schema_problems(config, SCHEMA)
+    assert found == ["experiments.sweep.batch_sizes.1: '1e12' is not of type 'integer' (YAML reads 1e12 as text: "
+                     "write it with a dot and a signed exponent, e.g. 1.0e+12)"], found

@@ -102,6 +102,16 @@ def test_a_run_file_cut_short_stops_the_report(finished, tmp_path):
     assert not (workdir / "results" / "tables" / "runs.csv").exists()
 
 
+def test_garbage_in_a_summary_is_named_on_the_console(finished, tmp_path):
+    workdir = tmp_path / "wf"
+    shutil.copytree(finished, workdir, symlinks=True)
+    summary = workdir / "results/runs/T/4096/merit/bs8/lr5e-3/seed0/summary.json"
+    summary.write_text('{"status": "ok", garbage')
+    r = snakemake(workdir)
+    assert r.returncode != 0, r.stderr[-3000:]
+    assert f"error: {summary.relative_to(workdir)} cannot be read as a run summary" in r.stderr, r.stderr[-3000:]
+
+
 def test_changing_a_figure_setting_reruns_only_artifact_rules(finished, tmp_path):
     config = yaml.safe_load(TINY.read_text())
     config["report"]["dpi"] = 80

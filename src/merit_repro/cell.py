@@ -207,6 +207,9 @@ def load_cell_config(path=None, overrides=()):
     """A CellConfig from a YAML file plus ``key=value`` overrides (values parsed as YAML)."""
     raw = {}
     if path is not None:
+        from .configfiles import check
+
+        check([path])   # duplicate keys, aliases, object tags: refused with their line
         with open(path) as f:
             raw = yaml.safe_load(f) or {}
         if not isinstance(raw, dict):

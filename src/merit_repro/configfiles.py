@@ -21,6 +21,7 @@ import yaml
 from .utils import UserError, cli
 
 ALLOW_TEMPLATES = "MERIT_ALLOW_CONFIG_TEMPLATES"
+SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
 
 
 def _where(path, mark):
@@ -85,18 +86,40 @@ def schema_problems(config, schema_path):
     found = []
     for err in jsonschema.Draft202012Validator(schema).iter_errors(config):
         if err.context:   # oneOf / anyOf: the alternative of the value's own kind, else the closest
-            same_kind = [e for e in err.context if e.validator != "type"]
+            same_kind = [e for e in err.context if e.relative_path or e.validator != "type"]
             err = jsonschema.exceptions.best_match(same_kind or err.context)
         where = ".".join(str(p) for p in err.absolute_path) or "the config"
         hint = err.schema.get("description") if isinstance(err.schema, dict) else None
+        if isinstance(err.instance, str) and _number_text(err.instance):
+            hint = f"YAML reads {err.instance} as text: write it with a dot and a signed exponent, e.g. 1.0e+12"
         found.append(f"{where}: {err.message}" + (f" ({hint})" if hint else ""))
     return sorted(set(found))
+
+
+def _number_text(text):
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
 
 
 def check_schema(config, schema_path):
     found = schema_problems(config, schema_path)
     if found:
         raise UserError("invalid workflow config: " + "; ".join(found[:20]))
+
+
+def load(path):
+    """A workflow config file read as the workflow reads it, for tools outside Snakemake (merit_repro.cost):
+    checked as data, then against the schema of this checkout."""
+    check([path])
+    config = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    if not isinstance(config, dict):
+        raise UserError(f"{path} is not a workflow config (a YAML mapping)")
+    if SCHEMA.exists():
+        check_schema(config, SCHEMA)
+    return config
 
 
 def check(paths):

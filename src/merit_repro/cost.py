@@ -17,9 +17,8 @@ import sys
 from collections import defaultdict
 
 import torch
-import yaml
 
-from . import grid
+from . import configfiles, grid
 from .model import GPT, GPTConfig, padded_vocab_size
 from .tokenizers import TOKENIZERS
 from .utils import cli
@@ -82,10 +81,7 @@ def main(argv=None):
     parser.add_argument("--tokens-per-s-per-gpu", type=float, default=None,
                         help="measured throughput of the largest model instead of peak x MFU")
     args = parser.parse_args(argv)
-    with open(args.configfile) as f:
-        config = yaml.safe_load(f)
-    if not isinstance(config, dict):
-        raise ValueError(f"{args.configfile} is not a workflow config (a YAML mapping)")
+    config = configfiles.load(args.configfile)
     grid.validate(config)
     seconds_per_flop = 1 / (args.peak_flops * args.mfu)
     if args.tokens_per_s_per_gpu:

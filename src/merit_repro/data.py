@@ -38,6 +38,12 @@ class DataError(UserError):
 # ---------------------------------------------------------------- preparing
 
 
+def requested(spec):
+    """The request a workflow config's data entry makes (what meta.json records), with prepare's defaults."""
+    return _request(spec["dataset"], spec["tokenizer"], spec.get("max_train_tokens"), spec.get("val_fraction", 0.1),
+                    spec.get("seed", 2357), spec.get("revision"))
+
+
 def _request(dataset, tokenizer, max_train_tokens, val_fraction, seed, revision=None):
     request = {"dataset": dataset, "tokenizer": tokenizer, "max_train_tokens": max_train_tokens}
     if dataset not in ("openwebtext",) and not dataset.startswith("lambada"):

@@ -90,8 +90,8 @@ def main(argv=None):
         result.update(lambada(model, args.lambada_dir, cfg.block_size, args.device))
     out = args.out or args.run / "eval.json"
     atomic_write_json(out, result)
-    if Path(out).resolve() == (args.run / "eval.json").resolve():   # the run's own: its summary vouches anew
-        summary.setdefault("files", {})["eval.json"] = file_record(out)
+    if Path(out).resolve() == (args.run / "eval.json").resolve() and "files" in summary:   # its summary vouches anew
+        summary["files"]["eval.json"] = file_record(out)
         atomic_write_json(args.run / "summary.json", summary)
     print(json.dumps(result))
     return 0

@@ -228,7 +228,13 @@ def cell_problems(config, cell):
     """Every bad setting of one cell, named by its key path in the config."""
     from .cell import CellConfig
 
-    cfg = CellConfig.from_dict(cell_config(config, cell.model, cell.tokens, cell.optimizer, cell.batch, cell.lr, cell.seed))
+    settings = cell_config(config, cell.model, cell.tokens, cell.optimizer, cell.batch, cell.lr, cell.seed)
+    known = {f.name for f in fields(CellConfig)}
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        return [f"{key_path(config, cell, key)} is not a cell setting; known settings: {', '.join(sorted(known))}"
+                for key in unknown], None
+    cfg = CellConfig.from_dict(settings)
     return [f"{key_path(config, cell, key)}: {message}" for key, message in cfg.problems()], cfg
 
 
@@ -322,6 +328,28 @@ def validate(config):
                 if problem not in reported:
                     reported.add(problem)
                     problems.append(f"{problem} (in {where}, cell {cell.path('results')})")
+    problems += corpus_problems(config)
     if problems:
         raise ValueError("invalid workflow config:\n  " + "\n  ".join(problems))
     return config
+
+
+def corpus_problems(config):
+    """Corpora already prepared under a data key with another request than the config's (a manual prepare
+    with other options): training on them would report another corpus's numbers as the config's."""
+    import json
+    from pathlib import Path
+
+    from .data import requested
+
+    problems = []
+    for key, spec in sorted(config["data"].items()):
+        meta = Path(data_dir(config, key)) / "meta.json"
+        try:
+            prepared = json.loads(meta.read_text()).get("request")
+        except (OSError, ValueError, AttributeError):
+            continue   # not prepared yet (or unreadable: the trainer's verify names it)
+        if prepared != requested(spec):
+            problems.append(f"data.{key}: {meta.parent} was prepared with {prepared}, but the config asks for "
+                            f"{requested(spec)}; delete {meta.parent} (the workflow prepares it again) or fix the config")
+    return problems

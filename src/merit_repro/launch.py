@@ -65,11 +65,13 @@ def launch_cell(cell, out_dir, gpus=0, threads=1, time_budget_seconds=None):
     atomic_write_bytes(config_path, yaml.safe_dump(cell, sort_keys=True).encode())
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
     if warmstart.enabled(gpus):
-        code = warmstart.run_train(train_argv(config_path, out_dir, time_budget_seconds), env, started=lambda pid: print(
-            f"[launch] training in a process forked from the warm trainer (pid {pid})", flush=True))
+        code = warmstart.run_train(
+            train_argv(config_path, out_dir, time_budget_seconds), env,
+            started=lambda pid: print(f"[launch] training in a process forked from the warm trainer (pid {pid})",
+                                      flush=True),
+            declined=lambda reason: print(f"[launch] no warm trainer ({reason}); starting a new process", flush=True))
         if code is not None:
             return code
-        print("[launch] no warm trainer could be reached; starting a new process", flush=True)
     scheduler_assigns_gpus = "SLURM_JOB_ID" in os.environ
     slots = gpu_slots(gpus) if gpus > 0 and not scheduler_assigns_gpus else nullcontext(None)
     with slots as devices:

@@ -510,6 +510,10 @@ def already_complete(cfg, out_dir):
         raise UserError(f"{out_dir} was trained on corpora {then} but the cell now reads {now} (was {cfg.data_dir} "
                         f"prepared again?): its results are not this data's; restore the data, or delete "
                         f"{out_dir} to retrain the cell on it")
+    damaged = integrity.file_problems(out_dir, summary)
+    if damaged:
+        raise UserError(f"{out_dir} is a finished run whose files no longer match its summary.json ({'; '.join(damaged)}); "
+                        f"delete {out_dir / 'summary.json'} to retrain the cell")
     print(f"[train] {out_dir} is already complete ({summary['status']}); nothing to do", flush=True)
     return summary
 

@@ -51,8 +51,9 @@ def cli(main):
 
 def one_line(err):
     if isinstance(err, OSError) and err.errno in DISK_ERRORS:
-        text = (f"{DISK_ERRORS[err.errno]} ({err.strerror}) writing {err.filename or 'a file'}: free space (or write "
-                "somewhere else) and run again; a run resumes from its last checkpoint, nothing complete is lost")
+        fix = "write somewhere writable" if err.errno == errno.EROFS else "free space (or write somewhere else)"
+        text = (f"{DISK_ERRORS[err.errno]} ({err.strerror}) writing {err.filename or 'a file'}: {fix} and run again; "
+                "nothing complete is lost (an interrupted run resumes from its last checkpoint)")
     elif isinstance(err, (FileNotFoundError, IsADirectoryError, PermissionError)):
         text = f"{err.strerror}: {err.filename}"
     else:

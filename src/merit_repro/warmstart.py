@@ -137,14 +137,18 @@ def connect():
     return None
 
 
-def run_train(argv, env, stdout=1, stderr=2, started=None):
+def run_train(argv, env, stdout=1, stderr=2, started=None, declined=None):
     """Run ``python -m merit_repro.train *argv`` in a forked warm trainer; its exit code, or None when no
-    server could be reached (then run it the ordinary way). started(pid) is called once it runs."""
+    server could be reached or it declined (then run it the ordinary way; declined(reason) says why).
+    started(pid) is called once it runs."""
+    declined = declined or (lambda reason: None)
     try:
         sock = connect()
-    except OSError:
+    except OSError as err:
+        declined(str(err))
         return None
     if sock is None:
+        declined("none could be started")
         return None
     with sock:
         try:
@@ -152,9 +156,11 @@ def run_train(argv, env, stdout=1, stderr=2, started=None):
             send(sock, {"argv": list(argv), "env": dict(env), "cwd": os.getcwd(), **process_limits()},
                  fds=(stdout, stderr))
             hello, _ = receive(sock)
-        except OSError:
+        except OSError as err:
+            declined(str(err))
             return None
         if not hello or "pid" not in hello:   # declined: it could not be this process's exact twin
+            declined((hello or {}).get("declined", "it closed the connection"))
             return None
         sock.settimeout(None)
         pid = hello["pid"]

@@ -1,4 +1,5 @@
-# One job per cell: python -m merit_repro.train (torchrun when the model asks for several GPUs).
+# One job per cell: python -m merit_repro.train (torchrun when the model asks for several GPUs). Its shell is one
+# command, so the trainer itself gets the scheduler's signals (its `error:` line is the log's last).
 # ckpt.pt lives beside the outputs but is not declared, so a failed or preempted job resumes from it.
 # Then, per group of cells (experiment, model, optimizer, batch), the LR tuning rounds (merit_repro.tuning).
 
@@ -34,7 +35,8 @@ rule train:
         "--gpus {params.gpus} --threads {threads} --time-budget-seconds {resources.time_budget_s} > {log:q} 2>&1"
 
 
-# Round k of a group: its cells so far -> the next cells (grid extension, claim seeds) or done.
+# Round k of a group: its cells so far -> the next cells (grid extension, claim seeds) or done; a round that
+# fails echoes its log's `error:` line to the console.
 checkpoint tune_lr:
     input:
         tune_inputs,
@@ -49,6 +51,7 @@ checkpoint tune_lr:
         spec=tune_spec,
     shell:
         "{params.python:q} -m merit_repro.tuning --spec {params.spec:q} --out {output:q} > {log:q} 2>&1"
+        " || {{ code=$?; grep '^error: ' {log:q} >&2 || true; exit $code; }}"
 
 
 # The group's final decision, once its last round says done and every cell it kept has finished.
