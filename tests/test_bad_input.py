@@ -180,7 +180,7 @@ def test_train_cli_errors(tmp_path, data_dir):
     assert "No such file or directory" in one_error_line(run_cli(tmp_path / "missing.yaml", tmp_path / "a"))
     bad = tmp_path / "bad.yaml"
     bad.write_text("lr: [1, 2\n")
-    assert "while parsing" in one_error_line(run_cli(bad, tmp_path / "b"))
+    assert f"{bad}, line 2: not valid YAML (expected ',' or ']'" in one_error_line(run_cli(bad, tmp_path / "b"))
     line = one_error_line(run_cli(cell_file(tmp_path, data_dir), tmp_path / "c", "--set", "batch_size=big"))
     assert "batch_size='big' must be int" in line
     assert "betas" in one_error_line(run_cli(cell_file(tmp_path, data_dir, betas=[0.9]), tmp_path / "d"))

@@ -144,7 +144,7 @@ def test_a_checkpoint_refuses_to_resume_on_a_corpus_prepared_again(tmp_path, dat
     (out / "summary.json").unlink()   # as if it had stopped after its last checkpoint
     prepare_again(corpus)
     line = cli_error(train.main, ["--config", str(config), "--out", str(out)], capsys)
-    assert "ckpt.pt was trained on corpora" in line and "resuming would mix two corpora" in line
+    assert "ckpt.pt was trained on corpus" in line and "resuming would mix two corpora" in line
 
 
 def test_data_verify_reads_every_byte(tmp_path, data_dir, capsys):
@@ -196,6 +196,10 @@ def test_config_files_with_duplicates_aliases_tags_or_templates_are_refused(tmp_
     assert "line 1: YAML anchors and aliases are refused" in found["bomb"][0]
     assert "asks for a Python object" in found["tag"][0]
     assert "__use_yte__ makes Snakemake run the file" in found["yte"][0]
+    latin1 = tmp_path / "latin1.yaml"
+    latin1.write_bytes("name: caf\xe9\n".encode("latin-1"))
+    assert configfiles.problems(latin1) == [f"{latin1}: not UTF-8 text (invalid continuation byte at byte 9); save it "
+                                            "as UTF-8"]
     monkeypatch.setenv(configfiles.ALLOW_TEMPLATES, "1")
     assert configfiles.problems(paths["yte"]) == []
 

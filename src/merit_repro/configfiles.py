@@ -30,7 +30,10 @@ def _where(path, mark):
 
 def problems(path):
     """What makes the file at path not plain data, one line each (empty when it is)."""
-    text = Path(path).read_text(encoding="utf-8")
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        return [f"{path}: not UTF-8 text ({err.reason} at byte {err.start}); save it as UTF-8"]
     found = []
     try:
         for event in yaml.parse(text, Loader=yaml.SafeLoader):

@@ -52,14 +52,14 @@ def train_command(config_path, out_dir, gpus, time_budget_seconds=None):
 
 def launch_cell(cell, out_dir, gpus=0, threads=1, time_budget_seconds=None):
     out_dir = Path(out_dir)
-    if gpus > 0 and len(device_pool()) < gpus:   # before torchrun starts a process per GPU to fail each
+    # A cell given GPUs trains on them or fails at once (no quiet fall-back to the CPU), unless its config
+    # says device: cpu on purpose.
+    device = "cpu" if gpus == 0 else ("cuda" if cell.get("device", "auto") == "auto" else cell["device"])
+    if device != "cpu" and len(device_pool()) < gpus:   # before torchrun starts a process per GPU to fail each
         raise UserError(f"this cell needs {gpus} GPUs but {len(device_pool())} are visible (CUDA_VISIBLE_DEVICES="
                         f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')!r}, MERIT_GPUS="
                         f"{os.environ.get('MERIT_GPUS', 'unset')!r}); run it where they are, or give the model gpus: 0")
     out_dir.mkdir(parents=True, exist_ok=True)
-    # A cell given GPUs trains on them or fails at once (no quiet fall-back to the CPU), unless its config
-    # says device: cpu on purpose.
-    device = "cpu" if gpus == 0 else ("cuda" if cell.get("device", "auto") == "auto" else cell["device"])
     cell = {**cell, "device": device}
     config_path = out_dir / "cell.yaml"
     atomic_write_bytes(config_path, yaml.safe_dump(cell, sort_keys=True).encode())

@@ -174,9 +174,10 @@ def load_checkpoint(path, cfg, fingerprints):
         changed = sorted(k for k in ckpt["config"] if ckpt["config"][k] != result_config(cfg).get(k))
         raise UserError(f"{path} is a checkpoint of a different cell (keys {changed} differ); "
                         "delete it to start over, or use another --out")
-    if ckpt.get("data_fingerprint") != fingerprints:
-        raise UserError(f"{path} was trained on corpora {ckpt.get('data_fingerprint')} but the cell now reads "
-                        f"{fingerprints} (was {cfg.data_dir} prepared again?): resuming would mix two corpora; restore "
+    trained_on = (ckpt.get("data_fingerprint") or {}).get("data")   # LAMBADA is read only at the end
+    if trained_on != fingerprints["data"]:
+        raise UserError(f"{path} was trained on corpus {trained_on} but the cell now reads {fingerprints['data']} "
+                        f"(was {cfg.data_dir} prepared again?): resuming would mix two corpora; restore "
                         "the data, or delete the checkpoint to start the cell over on the new one")
     return ckpt
 

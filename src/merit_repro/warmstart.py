@@ -4,8 +4,9 @@ A fresh ``python -m merit_repro.train`` spends about 3 s before its first step o
 (importing torch, then the ``torch._dynamo`` import that torch's optimizers trigger), which is
 more than a demo cell trains. So the workflow's launcher (merit_repro.launch) asks a warm server
 to fork a trainer instead. The forked child is the same program with the same arguments,
-environment, working directory, umask, resource limits and stdout/stderr as a fresh one; every result is the same (each
-cell seeds its own RNGs), and the workflow keeps one job, one cell, one set of outputs.
+environment, working directory, umask, resource limits and stdout/stderr as a fresh one; every
+result is the same (each cell seeds its own RNGs), and the workflow keeps one job, one cell, one
+set of outputs.
 
 - The server is started by the first launcher that finds none, in its own session, and exits
   after ``MERIT_WARM_START_IDLE`` seconds (default 120) without a request. Its socket lives in a
