@@ -1,10 +1,19 @@
 #!/usr/bin/env bash
-# Check a CUDA machine before spending GPU-hours on config/paper.yaml (about 3 minutes on one H100):
-# the optimizers on CUDA against the float64 reference (fp32 and bf16 parameters, both code paths),
-# GPT-2 Small training eager and compiled (tokens/s, MFU, peak memory), MERIT/LAMB step time against
-# fused AdamW, the MAL probe and micro-batch fitting. Exits non-zero on any mismatch; without a GPU it
-# says so and exits 0.  Usage: bash scripts/gpu_check.sh [--out gpu_check.json] [--steps 30]
+# Check a GPU machine before spending GPU-hours on config/paper.yaml or config/gpu1.yaml (under 5 minutes on
+# one H200, torch.compile included): the trainer through the workflow on CUDA, bf16 and torch.compile parity,
+# DDP with a stop and resume through torchrun, host syncs in MERIT's and LAMB's steps, the micro-batch fit
+# with real steps, tokens/s and MFU per model size, the optimizers against the float64 reference
+# (python -m merit_repro.gpu_check --help says what each part checks). Prints one table, writes it as JSON
+# (results/gpu_check.json unless --out is given) and exits 1 on any mismatch.
+#   bash scripts/gpu_check.sh [--parts 2,4] [--quick] [--out FILE.json] [--device cpu] [--keep]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PYTHON=${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}
-exec "$PYTHON" -m merit_repro.gpu_check "$@"
+if [ ! -x .venv/bin/python ]; then
+  echo "gpu_check: no .venv here: run 'bash scripts/setup.sh' first (with a CUDA build of torch on a GPU machine)" >&2
+  exit 1
+fi
+case " $* " in
+  *" --out "* | *" --out="*) ;;
+  *) set -- "$@" --out results/gpu_check.json ;;
+esac
+exec .venv/bin/python -m merit_repro.gpu_check "$@"

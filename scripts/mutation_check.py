@@ -54,7 +54,7 @@ MUTATIONS = [
     M("probe_scale", "MAL probe without the 1/sqrt(d_head) scale", "src/merit_repro/model.py",
       [("logits = (q @ k.transpose(-2, -1)) / math.sqrt(q.size(-1))", "logits = q @ k.transpose(-2, -1)")]),
     M("probe_layer", "MAL rows labelled with 0-based layers", "src/merit_repro/train.py",
-      [('return [{"step": step, "layer": layer + 1,', 'return [{"step": step, "layer": layer,')], ALL),
+      [('self.probes[step] = [{"step": step, "layer": layer + 1,', 'self.probes[step] = [{"step": step, "layer": layer,')], ALL),
     # -- the optimizers
     M("merit_clip", "MERIT's element-wise clip dropped", "src/merit_repro/optim/trust_ratio.py",
       [("    if opts.clip:\n        update.clamp_(-1.0, 1.0)", "    pass"),
@@ -93,11 +93,22 @@ MUTATIONS = [
     M("nan_not_divergence", "a non-finite loss not counted as divergence", "src/merit_repro/divergence.py",
       [("        if not math.isfinite(loss):\n            return f\"training loss is {loss}\"", "")]),
     M("resume_loop", "resume does not restore the loop state", "src/merit_repro/train.py",
-      [('return ckpt["step"], ckpt["loop"], ckpt["logs"]', 'return ckpt["step"], loop, ckpt["logs"]')]),
+      [('return ckpt["step"], {**loop, **ckpt["loop"]}, ckpt["logs"]', 'return ckpt["step"], loop, ckpt["logs"]')]),
+    M("stop_no_barrier", "a stopped DDP cell's ranks exit without waiting for rank 0's checkpoint",
+      "src/merit_repro/train.py", [("        self.agreement.barrier()\n", "")], ["tests/test_train.py"]),
+    M("probe_at_log_point", "MAL probes taken at the next log point, labelled with their own step",
+      "src/merit_repro/train.py", [("            if self.master and (done % cfg.mal_every == 0 or done == cfg.steps):\n"
+                                    "                self.window_start += self.probe(done, loop)",
+                                    "            if self.master and (done % cfg.mal_every == 0 or done == cfg.steps):\n"
+                                    "                self.late_probes = [*getattr(self, 'late_probes', []), done]\n"
+                                    "            if self.master and done % cfg.log_every == 0:\n"
+                                    "                for late in getattr(self, 'late_probes', []):\n"
+                                    "                    self.window_start += self.probe(late, loop)\n"
+                                    "                self.late_probes = []")], ["tests/test_train.py"]),
     M("resume_optimizer", "resume does not restore the optimizer state", "src/merit_repro/train.py",
       [('        self.optimizer.load_state_dict(ckpt["optimizer"])\n', "")]),
     M("resume_rng", "resume does not restore the RNG states", "src/merit_repro/train.py",
-      [('        set_rng_state(ckpt["rng"])\n', "")],
+      [('        checkpoint.set_rng_state(ckpt["rng"], self.device)\n', "")],
       equivalent="nothing draws random numbers after the model is built: dropout is 0 and batches are a "
                  "function of (seed, step); the states are saved so that this stays true if that changes"),
     M("batch_seed", "batches ignore the cell's seed", "src/merit_repro/data.py",

@@ -269,7 +269,7 @@ def test_the_workflow_preflight_covers_the_grid_numbers():
 
 def test_a_huge_batch_is_split_into_micro_batches_at_once():
     start = time.perf_counter()
-    assert train.divisors_of(2 * 3**20)[:2] == [2 * 3**20, 3**20] and train.divisors_of(1) == [1]
+    assert memory.divisors_of(2 * 3**20)[:2] == [2 * 3**20, 3**20] and memory.divisors_of(1) == [1]
     assert time.perf_counter() - start < 1
 
 

@@ -15,6 +15,7 @@ DEMO = "snakemake --cores 2"
 CLUSTER = "snakemake --configfile config/paper.yaml --workflow-profile profiles/slurm"
 CLUSTER_AS_PROFILE = "snakemake --configfile config/paper.yaml --profile profiles/slurm"
 WORKSTATION = "snakemake --configfile config/paper.yaml --cores all --resources gpu=8"
+ONE_GPU = "snakemake --configfile config/gpu1.yaml --cores 8 --resources gpu=1"
 
 RESOLVE = """
 import json, sys
@@ -67,6 +68,29 @@ def test_the_paper_plan_on_slurm_asks_for_no_job_longer_than_the_limit(tmp_path)
     assert max(runtimes) == 1440   # the 48B-token cells (about 79 hours at this rate) are capped and chain
     budgets = [float(m) for m in re.findall(r"time_budget_s=([0-9.]+)", r.stdout + r.stderr)]
     assert budgets and max(budgets) == 1440 * 60
+
+
+def test_the_one_gpu_tier_validates_plans_and_fits_a_day():
+    """config/gpu1.yaml: plain data, valid, planned by a dry run (18 grid cells of GPT-2 Small on one GPU each),
+    and at most 24 H100-hours by merit_repro.cost's own defaults, tuning's upper bound included."""
+    from merit_repro import configfiles
+
+    assert configfiles.problems(REPO / "config/gpu1.yaml") == []
+    s = effective(ONE_GPU)
+    assert s["executor"] is None and s["cores"] == 8
+    r = subprocess.run([sys.executable, "-m", "snakemake", "-n", *ONE_GPU.split()[1:]], cwd=REPO,
+                       capture_output=True, text=True, timeout=300)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-3000:]
+    assert len(re.findall(r"rule train:", out)) == 18 and len(re.findall(r"gpu=1,", out)) == 18
+    assert "wildcards: model=small, tokens=7.86432e8," in out
+    r = subprocess.run([sys.executable, "-m", "merit_repro.cost", "--configfile", "config/gpu1.yaml"], cwd=REPO,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "989 TFLOP/s x MFU 0.4" in r.stdout and "small: 124.4M params" in r.stdout
+    total = [line for line in r.stdout.splitlines() if line.startswith("total (distinct cells)")]
+    *_, hours, tuning = total[0].split()
+    assert float(hours) + float(tuning) <= 24, total[0]
 
 
 @pytest.mark.parametrize("gpus", [1])

@@ -303,3 +303,29 @@ def test_paper_scale_puts_the_papers_numbers_beside_ours_and_writes_claims_csv(t
     assert set(claims.verdict) <= {"held", "did not hold", "inconclusive", "not tested at this scale"}
     pairs = claims[~claims.claim.str.contains("grows|degrades")]
     assert pairs.subject.isin(["adamw", "lamb", "merit"]).all() and pairs.reference.isin(["adamw", "lamb", "merit"]).all()
+
+
+def test_the_papers_model_on_a_smaller_budget_keeps_the_papers_numbers_apart(tmp_path):
+    """config/gpu1.yaml's case: GPT-2 Small itself, on fewer tokens than the paper's (its `paper` block says
+    2B): the paper's numbers go to their own rows, never beside ours, and still set each statement's direction."""
+    config = copy.deepcopy(PAPER_SCALE)
+    config["experiments"]["batch_sweep_small"].update(
+        tokens=786432000, artifacts=["val_loss_vs_batch"],
+        paper={"batch_sizes": {128: 128, 1024: 1024}, "tokens": 2000000000})
+    base = {"adamw": {128: 3.40, 1024: 3.80}, "lamb": {128: 3.42, 1024: 3.70}, "merit": {128: 3.43, 1024: 3.60}}
+    paths = build(tmp_path, config, landscape(base))
+    figures = tmp_path / "paper_figures"
+    verdicts = make_report(paths, config, figures)
+    table = pd.read_csv(figures / "val_loss_vs_batch" / "batch_sweep_small.csv")
+    ours = table[table.model == "small"]
+    assert ours["merit (paper)"].isna().all() and list(ours.paper_batch) == [128, 1024]
+    paper = table[table.model == "paper: gpt2-small"]
+    assert list(paper.batch) == [128, 1024] and list(paper.merit) == [3.205, 3.28]
+    rows = pd.DataFrame(verdicts[0]["rows"])
+    small = rows[(rows.batch == "128") & rows.claim.str.startswith("MERIT vs AdamW")].iloc[0]
+    assert small.subject == "adamw" and "paper: AdamW 3.172" in small.why   # the paper's direction at 128
+    assert result(verdicts[0], "MERIT vs AdamW", 1024) == "held"
+    assert any("the paper's gpt2-small trained on 7.86e+08 tokens, the paper's on 2e+09" in d
+               for d in verdicts[0]["differences"])
+    readme = (figures / "README.md").read_text()
+    assert "small is the paper's own model trained on another token budget" in readme

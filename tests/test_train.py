@@ -110,23 +110,38 @@ def test_killed_run_resumes_to_identical_metrics(tmp_path, reference_run, sig):
     assert resumed["train_seconds"] > stored["train_seconds"] > 0   # the timers went on from the checkpoint
 
 
-def test_micro_batches_and_two_processes_match_one_device(tmp_path, data_dir):
-    config = cell_file(tmp_path, data_dir, tokens=8 * 32 * 10, eval_every=5)
+def torchrun(config, out, *extra, env=None, grace=()):
+    """The cell on 2 CPU processes (gloo) through merit_repro.torchrun, as the launcher runs a multi-GPU cell."""
+    cmd = [sys.executable, "-m", "merit_repro.torchrun", "--standalone", "--nproc_per_node", "2", *grace,
+           "-m", "merit_repro.train", "--config", str(config), "--out", str(out), *extra]
+    return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
+
+
+DDP_CELL = dict(tokens=8 * 32 * 10, eval_every=5, mal_every=5)
+
+
+@pytest.fixture(scope="module")
+def ddp_run(tmp_path_factory, data_dir):
+    tmp = tmp_path_factory.mktemp("ddp")
+    config = cell_file(tmp, data_dir, **DDP_CELL)
+    r = torchrun(config, tmp / "ddp")
+    assert r.returncode == 0, r.stderr[-3000:]
+    return config, tmp / "ddp"
+
+
+def test_micro_batches_and_two_processes_match_one_device(tmp_path, data_dir, ddp_run):
+    config, ddp = ddp_run
     for out, extra in [("single", []), ("micro", ["--set", "micro_batch_size=2"])]:
         r = run_cli(config, tmp_path / out, *extra)
         assert r.returncode == 0, r.stderr
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "-m", "merit_repro.train", "--config", str(config), "--out", str(tmp_path / "ddp")]
-    r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert r.returncode == 0, r.stderr[-3000:]
-    summary = yaml.safe_load((tmp_path / "ddp" / "summary.json").read_text())
+    summary = yaml.safe_load((ddp / "summary.json").read_text())
     assert summary["world_size"] == 2
     for name, columns in [("metrics.csv", ["step", "tokens", "lr", "train_loss", "val_loss", "grad_norm",
                                             "clip_fraction", "floor_fraction"]),
                           ("mal.csv", ["step", "layer", "head", "mal", "wq_max", "wk_max"])]:
         expected = read_rows(tmp_path / "single" / name)
-        for variant in ["micro", "ddp"]:
-            rows = read_rows(tmp_path / variant / name)
+        for variant, folder in [("micro", tmp_path / "micro"), ("ddp", ddp)]:
+            rows = read_rows(folder / name)
             assert len(rows) == len(expected), (variant, name)
             for got, want in zip(rows, expected):
                 for key in columns:
@@ -135,6 +150,47 @@ def test_micro_batches_and_two_processes_match_one_device(tmp_path, data_dir):
                     else:
                         assert float(got[key]) == pytest.approx(float(want[key]), rel=2e-4, abs=1e-7), \
                             (variant, name, key, got["step"])
+
+
+SLOW_SAVE = """import os, time
+if os.environ.get("RANK") == "0":   # the trainer's rank 0, not torchrun's agent
+    from merit_repro import checkpoint
+    real_save = checkpoint.save
+    def slow_save(*args, **kwargs):
+        time.sleep(float(os.environ["SLOW_SAVE_SECONDS"]))
+        return real_save(*args, **kwargs)
+    checkpoint.save = slow_save
+"""
+
+
+def test_a_stopped_ddp_cell_exits_75_through_torchrun_with_its_checkpoint_and_resumes_exactly(tmp_path, ddp_run):
+    """Every rank waits for rank 0's checkpoint, also one slower than torchrun's 30 s grace (cut to 5 s here:
+    a rank that exited before the save would get rank 0 killed), and the stop code comes out of torchrun;
+    the resumed run is the uninterrupted one."""
+    config, ddp = ddp_run
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(SLOW_SAVE)
+    out = tmp_path / "run"
+    r = torchrun(config, out, "--stop-at", str(time.time()),
+                 env={"PYTHONPATH": os.pathsep.join([str(shim), os.environ.get("PYTHONPATH", "")]),
+                      "SLOW_SAVE_SECONDS": "35"}, grace=["--shutdown-timeout", "5"])
+    assert r.returncode == 75, r.stderr[-3000:]
+    assert (out / "ckpt.pt").exists() and "time budget of this job reached" in (out / "train.log").read_text()
+    r = torchrun(config, out)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "resuming from step 1" in (out / "train.log").read_text()
+    for name in ["metrics.csv", "mal.csv", "diagnostics.csv"]:
+        assert read_rows(out / name) == read_rows(ddp / name), name
+
+
+def test_torchrun_passes_the_agreed_stop_code_on():
+    from merit_repro.torchrun import stop_code, with_grace
+
+    assert stop_code([75, 75]) == 75 and stop_code([143, -15]) == 143 and stop_code([130]) == 130
+    assert stop_code([75, 1]) == 1 and stop_code([75, 143]) == 1 and stop_code([1, -15]) == 1
+    assert with_grace(["-m", "x"])[:2] == ["--shutdown-timeout", "600"]
+    assert with_grace(["--shutdown-timeout=5", "-m", "x"]) == ["--shutdown-timeout=5", "-m", "x"]
 
 
 def test_divergence_ends_the_cell_with_status_and_exit_zero(tmp_path, data_dir):
@@ -220,7 +276,8 @@ def comparable_summary(run):
     import json
 
     summary = json.loads((run / "summary.json").read_text())
-    for key in ("train_seconds", "eval_seconds", "mal_probe_seconds", "tokens_per_s", "peak_memory_bytes", "git_commit"):
+    for key in ("train_seconds", "timed_steps", "startup_seconds", "eval_seconds", "mal_probe_seconds",
+                "checkpoint_seconds", "tokens_per_s", "peak_memory_bytes", "git_commit"):
         summary.pop(key)
     # metrics.csv holds tokens/s, so its checksum differs between identical runs; its row count does not
     summary["files"] = {name: record.get("rows", record["sha256"]) for name, record in summary["files"].items()}
@@ -365,20 +422,40 @@ def test_lambada_perplexity_by_hand(tmp_path):
     assert got["lambada_acc"] == correct / len(texts)
 
 
-def test_fewer_log_points_change_nothing_but_the_timing(tmp_path, data_dir, reference_run):
-    """log_every only decides how often losses are read back from the device; the run is the same."""
-    _, ref = reference_run
-    out = tmp_path / "run"
-    assert run_cli(cell_file(tmp_path, data_dir, log_every=7), out).returncode == 0
+def test_fewer_log_points_change_nothing_but_the_timing(tmp_path, data_dir):
+    """log_every only decides how often losses are read back from the device: MAL probes between log points
+    (every 3 steps, log points every 7) are taken at their own step, and the run is the same."""
+    for log_every in (1, 7):
+        config = cell_file(tmp_path, data_dir, log_every=log_every, mal_every=3, tokens=8 * 32 * 20)
+        assert run_cli(config, tmp_path / f"log{log_every}").returncode == 0
+    mal = read_rows(tmp_path / "log7" / "mal.csv")
+    assert sorted({int(r["step"]) for r in mal}) == [0, 3, 6, 9, 12, 15, 18, 20]
     for name in ["metrics.csv", "mal.csv", "diagnostics.csv"]:
-        assert read_rows(out / name) == read_rows(ref / name), name
+        assert read_rows(tmp_path / "log7" / name) == read_rows(tmp_path / "log1" / name), name
+
+
+def test_tokens_per_second_counts_training_only(tmp_path, data_dir, monkeypatch):
+    """Checkpoints (made slow here), the first step (compilation on a GPU), evaluation and the probe are
+    off the training clock."""
+    from merit_repro import checkpoint
+
+    real_save = checkpoint.save
+    monkeypatch.setattr(checkpoint, "save", lambda *args: (time.sleep(0.3), real_save(*args)))
+    run = in_process_run(tmp_path, data_dir, checkpoint_every=3)
+    t0 = time.perf_counter()
+    summary = run.run()
+    wall = time.perf_counter() - t0
+    assert summary["checkpoint_seconds"] >= 13 * 0.3 and summary["startup_seconds"] > 0
+    assert summary["train_seconds"] < wall - summary["checkpoint_seconds"] - summary["eval_seconds"]
+    assert summary["timed_steps"] == 39
+    assert summary["tokens_per_s"] == pytest.approx(39 * 8 * 32 / summary["train_seconds"])
 
 
 def test_checkpoints_are_also_written_by_wall_time(tmp_path, data_dir, monkeypatch):
-    from merit_repro import train
+    from merit_repro import checkpoint
 
     saved = []
-    monkeypatch.setattr(train, "save_checkpoint", lambda path, cfg, fingerprints, step, *rest: saved.append(step))
+    monkeypatch.setattr(checkpoint, "save", lambda path, cfg, fingerprints, step, *rest: saved.append(step))
     run = in_process_run(tmp_path, data_dir, checkpoint_every=10**6, checkpoint_every_minutes=1e-9)
     run.run()
     assert saved == list(range(1, 40))   # after every step but the last: the interval is shorter than a step

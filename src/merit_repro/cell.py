@@ -65,7 +65,7 @@ class CellConfig:
     compile: bool = False
     checkpoint_every: int = 100         # steps between checkpoints (also written on SIGTERM/SIGINT) ...
     checkpoint_every_minutes: float | None = None  # ... and at least this often in wall time
-    log_every: int = 1                  # steps between log points (the only host synchronisations)
+    log_every: int = 1                  # steps between log points (losses read back from the device)
     keep_checkpoint: bool = False       # keep ckpt.pt after the cell completes
     save_model: bool | str = False      # write model.pt (final weights): true (fp32) or "bf16"
     peak_flops: float | None = None     # per device, for MFU; None: merit_repro.hardware's table

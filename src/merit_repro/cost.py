@@ -11,36 +11,12 @@ in total (without sharing, so an upper bound). Evaluation and the MAL probe are 
 """
 
 import argparse
-import functools
-import json
 import sys
 from collections import defaultdict
 
-import torch
-
 from . import configfiles, grid
-from .model import GPT, GPTConfig, padded_vocab_size
-from .tokenizers import TOKENIZERS
+from .grid import flops_per_token
 from .utils import cli
-
-
-def flops_per_token(config, model_key):
-    """(training FLOPs per token, parameters) of a model variant of the config."""
-    settings = grid.cell_config(config, model_key, 1, "adamw", 1, 1e-3, 0)
-    tokenizer = config["data"][config["models"][model_key]["data"]]["tokenizer"]
-    shape = {k: settings.get(k) for k in ("model", "n_layer", "n_head", "n_embd", "qk_norm")}
-    shape.update(block_size=settings.get("block_size", 1024), vocab_size=padded_vocab_size(TOKENIZERS[tokenizer].vocab_size))
-    return _model_flops(json.dumps(shape, sort_keys=True))
-
-
-@functools.lru_cache(maxsize=None)
-def _model_flops(shape_json):
-    shape = json.loads(shape_json)
-    overrides = {k: shape[k] for k in ("n_layer", "n_head", "n_embd") if shape.get(k)}
-    with torch.device("meta"):
-        model = GPT(GPTConfig.named(shape["model"], block_size=shape["block_size"], vocab_size=shape["vocab_size"],
-                                    qk_norm=bool(shape.get("qk_norm")), **overrides))
-    return model.flops_per_token(), model.num_params()
 
 
 def tuning_cells(config, group):

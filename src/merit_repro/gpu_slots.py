@@ -6,7 +6,7 @@ exports those ids in CUDA_VISIBLE_DEVICES. The kernel drops the locks when the j
 however it ends, so a killed job never leaks a slot.
 
 The pool is $MERIT_GPUS (a count, "4", or ids with commas, "0,2,3"), else $CUDA_VISIBLE_DEVICES, else every
-device torch sees. Lock files live in $MERIT_GPU_LOCK_DIR (default /tmp/merit-repro-gpu-slots-<uid>).
+device torch sees; $MERIT_GPUS stays within a $CUDA_VISIBLE_DEVICES the workflow was started with. Lock files live in $MERIT_GPU_LOCK_DIR (default /tmp/merit-repro-gpu-slots-<uid>).
 """
 
 import fcntl
@@ -19,15 +19,30 @@ from .utils import UserError
 
 
 def device_pool():
-    """Device ids to share: $MERIT_GPUS (a count, or ids with commas), $CUDA_VISIBLE_DEVICES, or all."""
+    """Device ids to share: $MERIT_GPUS (a count, or ids with commas), $CUDA_VISIBLE_DEVICES, or all.
+
+    Within a $CUDA_VISIBLE_DEVICES this process was given, a count takes its first devices and ids must be
+    among its ids: a job never escapes the devices its parent was limited to."""
     spec = os.environ.get("MERIT_GPUS", "").strip()
+    visible = [s.strip() for s in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if s.strip()]
+    if "CUDA_VISIBLE_DEVICES" in os.environ and not visible:
+        return []   # CUDA_VISIBLE_DEVICES="" hides every device
+    if not visible:
+        import torch
+        visible = [str(i) for i in range(torch.cuda.device_count())] if not spec else None
+    if not spec:
+        return visible
     if spec.isdigit():
-        return [str(i) for i in range(int(spec))]
-    spec = spec or os.environ.get("CUDA_VISIBLE_DEVICES", "")
-    if spec:
-        return [s.strip() for s in spec.split(",") if s.strip()]
-    import torch
-    return [str(i) for i in range(torch.cuda.device_count())]
+        if visible is not None and int(spec) > len(visible):
+            raise UserError(f"MERIT_GPUS={spec} asks for more GPUs than CUDA_VISIBLE_DEVICES={','.join(visible)} "
+                            "allows; lower MERIT_GPUS or widen CUDA_VISIBLE_DEVICES")
+        return visible[:int(spec)] if visible is not None else [str(i) for i in range(int(spec))]
+    ids = [s.strip() for s in spec.split(",") if s.strip()]
+    outside = [i for i in ids if visible is not None and i not in visible]
+    if outside:
+        raise UserError(f"MERIT_GPUS={spec} names devices {','.join(outside)} outside CUDA_VISIBLE_DEVICES="
+                        f"{','.join(visible)}; name devices among those, or give MERIT_GPUS as a count")
+    return ids
 
 
 def lock_dir():

@@ -1,7 +1,8 @@
 """Experiments as grids of training cells: expansion, cell paths, cell configs, semantic checks.
 
 The workflow (workflow/rules/common.smk) and the cost estimate (merit_repro.cost) both read the
-config through this module, so they always agree on what a config asks to train.
+config through this module, so they always agree on what a config asks to train and what it costs
+(``flops_per_token``, counted by merit_repro.flops on the model a cell trains).
 
 A cell is identified by its coordinates (model, tokens, optimizer, batch, lr, seed); every
 other setting comes from ``cell_defaults``, ``models[model]`` and ``optimizers[optimizer]``, so a
@@ -11,6 +12,7 @@ cell shared by several experiments is one path and trains once.
 import math
 from dataclasses import dataclass, fields
 
+from . import flops
 from .tuning import canonical
 
 ARTIFACTS = ("val_loss_vs_batch", "lambada_ppl_vs_batch", "headline", "steps_to_target", "lr_sensitivity",
@@ -184,6 +186,11 @@ def model_gpus(config, model):
     return int(config["models"][model].get("gpus", 0))
 
 
+def flops_per_token(config, model):
+    """(training FLOPs per token, parameters) of a model variant of the config."""
+    return flops.of_cell(cell_config(config, model, 1, "adamw", 1, 1e-3, 0))
+
+
 # Rates for wall-time requests, deliberately low so jobs are not killed early: 25% of an H100's bf16
 # peak per GPU; a CPU is counted at 20 GFLOP/s.
 GPU_FLOPS_FOR_RUNTIME = 0.25 * 989e12
@@ -191,8 +198,6 @@ CPU_FLOPS_FOR_RUNTIME = 20e9
 
 
 def runtime_minutes(config, model, tokens):
-    from .cost import flops_per_token
-
     gpus = model_gpus(config, model)
     rate = gpus * GPU_FLOPS_FOR_RUNTIME if gpus else CPU_FLOPS_FOR_RUNTIME
     seconds = float(tokens) * flops_per_token(config, model)[0] / rate

@@ -4,7 +4,7 @@
 
 ``launch_cell`` writes RUN/cell.yaml and runs ``python -m merit_repro.train`` on it: for a CPU cell
 in a warm trainer forked for it (merit_repro.warmstart, no start-up cost), else in a new process;
-``torchrun`` for several GPUs. On a workstation it takes GPU slots first (merit_repro.gpu_slots);
+``merit_repro.torchrun`` (torchrun, passing the cell's stop code on) for several GPUs. On a workstation it takes GPU slots first (merit_repro.gpu_slots);
 under SLURM the scheduler has chosen the devices. SIGTERM/SIGINT are forwarded to the trainer,
 and its exit code is returned. Only the standard library and PyYAML are imported here, so a job
 starts fast.
@@ -46,7 +46,7 @@ def train_argv(config_path, out_dir, time_budget_seconds=None):
 def train_command(config_path, out_dir, gpus, time_budget_seconds=None):
     train = ["-m", "merit_repro.train", *train_argv(config_path, out_dir, time_budget_seconds)]
     if gpus > 1:
-        return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(gpus), *train]
+        return [sys.executable, "-m", "merit_repro.torchrun", "--standalone", "--nproc_per_node", str(gpus), *train]
     return [sys.executable, *train]
 
 

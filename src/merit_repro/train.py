@@ -5,43 +5,45 @@ One device (CPU or GPU, chosen automatically):
     python -m merit_repro.train --config cell.yaml --out results/runs/demo
     python -m merit_repro.train --config cell.yaml --out results/runs/demo --set lr=3e-3 --set optimizer=lamb
 
-Several GPUs (DDP; CPU processes with the gloo backend work too, for testing):
+Several GPUs (DDP; CPU processes with the gloo backend work too, for testing), through torchrun as
+``merit_repro.torchrun`` runs it, so that a stop's exit code comes out of torchrun:
 
-    torchrun --standalone --nproc_per_node 2 -m merit_repro.train --config cell.yaml --out DIR
+    python -m merit_repro.torchrun --standalone --nproc_per_node 2 -m merit_repro.train --config cell.yaml --out DIR
 
 Writes DIR/metrics.csv, mal.csv, diagnostics.csv, eval.json, summary.json and train.log (see
-runfiles.py for the columns). Checkpoints (DIR/ckpt.pt) are written every ``checkpoint_every``
-steps and on SIGTERM/SIGINT (then the process exits with 143/130 so a scheduler retries);
-rerunning with the same DIR resumes exactly. A diverged cell ends with status ``diverged`` and
-exit code 0, so a grid search goes on.
+runfiles.py for the columns). Checkpoints (DIR/ckpt.pt, merit_repro.checkpoint) are written every
+``checkpoint_every`` steps and at a stop: on SIGTERM/SIGINT (exit 143/130, so a scheduler retries) or at
+the job's time budget (``--stop-at``, exit 75). Every rank agrees on a stop at the step it comes (over
+the host, no GPU synchronisation) and waits until rank 0's checkpoint is written. Rerunning with the
+same DIR resumes exactly. A diverged cell ends with status ``diverged`` and exit code 0, so a grid
+search goes on. MAL probes run on rank 0 at exactly their steps, whatever ``log_every``.
 """
 
 import argparse
 import contextlib
 import math
 import os
-import random
 import resource
 import signal
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.distributed as dist
 import yaml
 
-from . import data, integrity
+from . import checkpoint, data, integrity
 from .cell import CellConfig, load_cell_config, result_config
+from .distributed import HostAgreement, all_reduce, autocast_for, setup_device
 from .divergence import DivergenceRule, new_state
 from .evaluate import lambada, validation_loss
 from .hardware import mfu, peak_flops
+from .memory import fit_micro_batch
 from .model import GPT, GPTConfig, padded_vocab_size
 from .optim import build, fastest_on, param_groups
 from .runfiles import DIAGNOSTICS_COLUMNS, MAL_COLUMNS, METRICS_COLUMNS, CsvLog, RunLock, TextLog
-from .utils import (UserError, atomic_torch_save, atomic_write_json, cli, describe_device, git_commit,
-                    library_versions)
+from .utils import UserError, atomic_torch_save, atomic_write_json, cli, describe_device, git_commit, library_versions
 
 EXIT_CODES = {signal.SIGTERM: 143, signal.SIGINT: 130}
 
@@ -51,135 +53,6 @@ EXIT_TIME_BUDGET = 75   # EX_TEMPFAIL: stopped at its time budget with a checkpo
 
 class Stop(Exception):
     """Raised when a signal or the job's time budget stopped the run after checkpointing (args: exit code)."""
-
-
-# ---------------------------------------------------------------- devices
-
-
-def setup_device(cfg):
-    """(rank, world_size, device), starting the process group when run under torchrun."""
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if cfg.device == "auto":
-        device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
-    else:
-        device = torch.device(cfg.device)
-        if device.type == "cuda" and device.index is None:
-            device = torch.device(f"cuda:{local_rank}")
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise UserError(f"this cell asks for a GPU (device {cfg.device!r}) but none is visible: "
-                            f"torch.cuda.is_available() is False (CUDA_VISIBLE_DEVICES="
-                            f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')!r}, torch {torch.__version__}); run it on "
-                            "a GPU node, install a CUDA build of torch, or give the model gpus: 0")
-        torch.cuda.set_device(device)
-    if world_size > 1 and not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
-    return rank, world_size, device
-
-
-def autocast_for(cfg, device):
-    use_bf16 = cfg.dtype == "bfloat16" or (cfg.dtype == "auto" and device.type == "cuda")
-    if not use_bf16:
-        return None
-    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-
-
-def all_reduce(value, device, op=None):
-    if not dist.is_initialized():
-        return value
-    t = torch.as_tensor(value, dtype=torch.float64, device=device).clone()
-    dist.all_reduce(t, op=op or dist.ReduceOp.SUM)
-    return t
-
-
-def divisors_of(n):
-    """Every divisor of n, largest first (in sqrt(n) steps: a batch of millions must not take minutes)."""
-    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
-    return sorted({*small, *(n // d for d in small)}, reverse=True)
-
-
-def fit_micro_batch(cfg, model, per_rank_batch, device, autocast):
-    """The largest divisor of the per-device batch that trains without running out of memory."""
-    divisors = divisors_of(per_rank_batch)
-    if device.type != "cuda":
-        return next(d for d in divisors if d <= 64)
-    for micro in divisors:
-        try:
-            x = torch.randint(0, model.config.vocab_size, (micro, cfg.block_size), device=device)
-            with autocast or contextlib.nullcontext():
-                _, loss = model(x, x)
-            loss.backward()
-            model.zero_grad(set_to_none=True)
-            return micro
-        except torch.OutOfMemoryError:
-            model.zero_grad(set_to_none=True)
-            torch.cuda.empty_cache()
-    raise RuntimeError("even a micro-batch of 1 sequence does not fit on the GPU; use a smaller model or block_size")
-
-
-# ---------------------------------------------------------------- checkpoints
-
-
-def rng_state():
-    """Every RNG's state as tensors and plain data (a checkpoint loads with weights_only=True)."""
-    kind, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
-    state = {"torch": torch.get_rng_state(), "python": random.getstate(),
-             "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
-                       "has_gauss": int(has_gauss), "cached_gaussian": float(cached_gaussian)}}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state):
-    torch.set_rng_state(state["torch"])
-    n = state["numpy"]
-    np.random.set_state((n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"],
-                         n["cached_gaussian"]))
-    random.setstate(state["python"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def save_checkpoint(path, cfg, fingerprints, step, model, optimizer, loop, logs):
-    """Everything a resumed run needs to continue as if never stopped, the CSV logs' text included, and the
-    corpora it was trained on."""
-    atomic_torch_save({"config": result_config(cfg), "data_fingerprint": fingerprints, "step": step,
-                       "model": model.state_dict(),
-                       "optimizer": optimizer.state_dict(), "rng": rng_state(), "loop": loop,
-                       "logs": {name: log.snapshot() for name, log in logs.items()}}, path)
-
-
-def load_checkpoint(path, cfg, fingerprints):
-    """The checkpoint at path: tensors and plain data only (weights_only), or an error saying how to go on."""
-    import pickle
-    import warnings
-
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            ckpt = torch.load(path, map_location="cpu", weights_only=True)
-        if not isinstance(ckpt, dict) or not {"config", "step", "model", "optimizer", "rng", "loop", "logs"} <= set(ckpt):
-            raise ValueError("it is not a checkpoint of merit_repro.train")
-    except pickle.UnpicklingError:
-        raise UserError(f"{path} holds objects other than tensors and plain data, which a checkpoint of "
-                        "merit_repro.train never does, so it was not loaded; delete it to start the cell over") from None
-    except (RuntimeError, EOFError, ValueError, OSError, AttributeError) as err:
-        reason = str(err).splitlines()[0][:200] if str(err) else "truncated"
-        raise UserError(f"{path} cannot be read as a checkpoint ({type(err).__name__}: {reason}); delete it to start "
-                        "the cell over, or restore it") from None
-    if ckpt["config"] != result_config(cfg):
-        changed = sorted(k for k in ckpt["config"] if ckpt["config"][k] != result_config(cfg).get(k))
-        raise UserError(f"{path} is a checkpoint of a different cell (keys {changed} differ); "
-                        "delete it to start over, or use another --out")
-    trained_on = (ckpt.get("data_fingerprint") or {}).get("data")   # LAMBADA is read only at the end
-    if trained_on != fingerprints["data"]:
-        raise UserError(f"{path} was trained on corpus {trained_on} but the cell now reads {fingerprints['data']} "
-                        f"(was {cfg.data_dir} prepared again?): resuming would mix two corpora; restore "
-                        "the data, or delete the checkpoint to start the cell over on the new one")
-    return ckpt
 
 
 # ---------------------------------------------------------------- the run
@@ -224,7 +97,7 @@ class Run:
         self.peak_flops = peak_flops(describe_device(self.device), cfg.peak_flops) if self.device.type == "cuda" \
             else cfg.peak_flops
         self.micro_batch = cfg.micro_batch_size or fit_micro_batch(
-            cfg, self.model, self.per_rank_batch, self.device, self.autocast)
+            self.model, self.per_rank_batch, cfg.block_size, self.device, self.autocast, self.world_size, self.log)
         self.micro_batch = int(all_reduce(self.micro_batch, self.device, dist.ReduceOp.MIN)) if self.world_size > 1 \
             else self.micro_batch
         self.accum = self.per_rank_batch // self.micro_batch
@@ -245,6 +118,8 @@ class Run:
         self.csv_logs = {"metrics": self.metrics, "mal": self.mal, "diagnostics": self.diagnostics}
         self.ckpt_path = self.out / "ckpt.pt"
         self.stop_signal = None
+        self.agreement = HostAgreement(self.world_size)
+        self.probes = {}   # step -> MAL rows, taken at that step, written when the step is recorded
 
     # -- pieces of a step
 
@@ -283,23 +158,34 @@ class Run:
                                        self.rank, self.world_size)
         return float(all_reduce(total, self.device)) / float(all_reduce(count, self.device))
 
-    def probe(self, step):
-        mal, wq, wk = self.model.probe_attention(self.probe_batch.to(self.device))
+    def probe(self, step, loop):
+        """The MAL probe on the model as it is after `step`, under training's autocast (rank 0; its time is
+        not training time)."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)   # the queued training steps finish on the training clock
+        t0 = time.perf_counter()
+        with self.autocast or contextlib.nullcontext():
+            mal, wq, wk = self.model.probe_attention(self.probe_batch.to(self.device))
         L, H = mal.shape
-        return [{"step": step, "layer": layer + 1, "head": head + 1, "mal": mal[layer, head].item(),
-                 "wq_max": wq[layer, head].item(), "wk_max": wk[layer, head].item()}
-                for layer in range(L) for head in range(H)]
+        mal, wq, wk = mal.tolist(), wq.tolist(), wk.tolist()
+        self.probes[step] = [{"step": step, "layer": layer + 1, "head": head + 1, "mal": mal[layer][head],
+                              "wq_max": wq[layer][head], "wk_max": wk[layer][head]}
+                             for layer in range(L) for head in range(H)]
+        seconds = time.perf_counter() - t0
+        loop["probe_seconds"] += seconds
+        return seconds
 
     def optimizer_diagnostics(self, step):
-        rows, totals = [], {"clip_fraction": [0.0, 0], "floor_fraction": [0.0, 0]}
-        for p, diag in self.optimizer.diagnostics.items():
-            row = {"step": step, "param": self.names[p]}
-            for key, value in diag.items():
-                row[key] = value.item()
-                totals[key][0] += row[key] * p.numel()
-                totals[key][1] += p.numel()
-            rows.append(row)
-        return rows, {k: (s / n if n else None) for k, (s, n) in totals.items()}
+        """Per-parameter rows and element-weighted means of the optimizer's diagnostics (one read-back)."""
+        entries = [(p, key, value) for p, diag in self.optimizer.diagnostics.items() for key, value in diag.items()]
+        values = torch.stack([value.double() for *_, value in entries]).tolist() if entries else []
+        rows = {p: {"step": step, "param": self.names[p]} for p in self.optimizer.diagnostics}
+        totals = {"clip_fraction": [0.0, 0], "floor_fraction": [0.0, 0]}
+        for (p, key, _), value in zip(entries, values):
+            rows[p][key] = value
+            totals[key][0] += value * p.numel()
+            totals[key][1] += p.numel()
+        return list(rows.values()), {k: (s / n if n else None) for k, (s, n) in totals.items()}
 
     def _on_signal(self, signum, frame):
         self.stop_signal = signum
@@ -322,14 +208,15 @@ class Run:
     def resume(self):
         """(start step, loop state, CSV texts): from the checkpoint when there is one, else a fresh start."""
         loop = {"divergence": new_state(), "initial_val_loss": None, "best_val_loss": None, "last_val_loss": None,
-                "train_seconds": 0.0, "probe_seconds": 0.0, "eval_seconds": 0.0}
+                "train_seconds": 0.0, "timed_steps": 0, "startup_seconds": 0.0, "probe_seconds": 0.0,
+                "eval_seconds": 0.0, "checkpoint_seconds": 0.0}
         if not self.ckpt_path.exists():
             return 0, loop, {}
-        ckpt = load_checkpoint(self.ckpt_path, self.cfg, self.fingerprints)
+        ckpt = checkpoint.load(self.ckpt_path, self.cfg, self.fingerprints)
         self.model.load_state_dict(ckpt["model"])
         self.optimizer.load_state_dict(ckpt["optimizer"])
-        set_rng_state(ckpt["rng"])
-        return ckpt["step"], ckpt["loop"], ckpt["logs"]
+        checkpoint.set_rng_state(ckpt["rng"], self.device)
+        return ckpt["step"], {**loop, **ckpt["loop"]}, ckpt["logs"]
 
     def run(self):
         cfg = self.cfg
@@ -341,37 +228,41 @@ class Run:
         for signum in EXIT_CODES:
             signal.signal(signum, self._on_signal)
         if start_step == 0:
+            if self.master:
+                self.probe(0, loop)
             self.record(0, loop, lr=cfg.lr_at(0), train_loss=None, grad_norm=None, step_seconds=None, evaluate=True)
         divergence = DivergenceRule(cfg.divergence_factor, cfg.divergence_window, cfg.spike_factor, cfg.steps)
         reason, pending = None, []
-        self.last_flush = self.last_checkpoint = time.perf_counter()
+        self.last_checkpoint = self.window_start = time.perf_counter()
         for step in range(start_step, cfg.steps):
             done = step + 1
             evaluate_now = done % cfg.eval_interval == 0 or done == cfg.steps
             if hasattr(self.optimizer, "track_diagnostics"):
                 self.optimizer.track_diagnostics = evaluate_now
             pending.append((done, *self.train_step(step)))
-            checkpoint_now = done % cfg.checkpoint_every == 0 and done < cfg.steps
-            if not (evaluate_now or checkpoint_now or done % cfg.log_every == 0 or done == cfg.steps):
-                continue   # no host synchronisation between log points
+            if step == start_step:   # compilation and warm-up: not on the training clock
+                self.start_clock(loop, done)
+            if self.master and (done % cfg.mal_every == 0 or done == cfg.steps):
+                self.window_start += self.probe(done, loop)   # at this very step, whatever log_every
+            stop, out_of_time, checkpoint_due = self.flags()   # every step, agreed by every rank
+            out_of_time = out_of_time and done < cfg.steps   # at the last step, finishing is cheaper
+            checkpoint_now = (done % cfg.checkpoint_every == 0 or checkpoint_due) and done < cfg.steps
+            if not (evaluate_now or checkpoint_now or stop or out_of_time or done % cfg.log_every == 0
+                    or done == cfg.steps):
+                continue   # no host synchronisation with the GPU between log points
             reason = self.flush(pending, loop, divergence, evaluate_now)
             pending = []
             if reason:
                 break
-            stop, out_of_time, checkpoint_due = self.flags()
-            out_of_time = out_of_time and done < cfg.steps   # at the last step, finishing is cheaper
-            if stop or out_of_time or ((checkpoint_now or checkpoint_due) and done < cfg.steps):
-                if self.master:
-                    save_checkpoint(self.ckpt_path, cfg, self.fingerprints, done, self.model, self.optimizer, loop,
-                                    self.csv_logs)
-                self.last_checkpoint = time.perf_counter()
-                if stop:
-                    self.log(f"stopped by signal after step {done}; checkpoint saved, rerun to resume")
-                    raise Stop(EXIT_CODES.get(self.stop_signal, 143))
-                if out_of_time:
-                    self.log(f"time budget of this job reached after step {done}; checkpoint saved: the next job "
-                             "resumes from it")
-                    raise Stop(EXIT_TIME_BUDGET)
+            if stop or out_of_time or checkpoint_now:
+                self.save_checkpoint(done, loop)
+            if stop:
+                self.log(f"stopped by signal after step {done}; checkpoint saved, rerun to resume")
+                raise Stop(EXIT_CODES.get(self.stop_signal, 143))
+            if out_of_time:
+                self.log(f"time budget of this job reached after step {done}; checkpoint saved: the next job "
+                         "resumes from it")
+                raise Stop(EXIT_TIME_BUDGET)
         reason = reason or divergence.final(loop["initial_val_loss"], loop["last_val_loss"])
         if reason:
             self.log(f"diverged: {reason}")
@@ -385,27 +276,46 @@ class Run:
         if self.world_size > 1:
             losses = all_reduce(losses, self.device) / self.world_size
         losses, norms = losses.tolist(), norms.tolist()
-        elapsed = time.perf_counter() - self.last_flush
+        elapsed = time.perf_counter() - self.window_start
+        timed = sum(done != self.untimed_step for done, *_ in pending)
         loop["train_seconds"] += elapsed
+        loop["timed_steps"] += timed
         reason = None
         for i, (done, lr, _, _) in enumerate(pending):
             reason = divergence.update(loop["divergence"], losses[i])
             last = i == len(pending) - 1 or reason is not None
-            self.record(done, loop, lr, losses[i], norms[i], elapsed / len(pending), last and (evaluate_now or reason))
+            self.record(done, loop, lr, losses[i], norms[i], elapsed / timed if timed else None,
+                        last and (evaluate_now or reason))
             if reason:
                 break
-        self.last_flush = time.perf_counter()   # evaluation and logging do not count as training time
+        self.window_start = time.perf_counter()   # evaluation and logging do not count as training time
         return reason
+
+    def start_clock(self, loop, done):
+        """After the first step of this process: its time (compilation, allocation, warm-up) is start-up,
+        and the training clock starts."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        now = time.perf_counter()
+        loop["startup_seconds"] += now - self.window_start
+        self.window_start, self.untimed_step = now, done
+
+    def save_checkpoint(self, done, loop):
+        """Rank 0 writes the checkpoint; every rank waits for it, so none exits (or is killed) before it is whole."""
+        t0 = time.perf_counter()
+        if self.master:
+            checkpoint.save(self.ckpt_path, self.cfg, self.fingerprints, done, self.model, self.optimizer, loop,
+                            self.csv_logs, self.device)
+        self.agreement.barrier()
+        self.last_checkpoint = self.window_start = time.perf_counter()
+        loop["checkpoint_seconds"] += self.last_checkpoint - t0
 
     def flags(self):
         """(stop signal, past this job's time budget, a time-based checkpoint due), the same on every rank."""
         now = time.perf_counter()
-        flags = [self.stop_signal is not None, self.deadline is not None and time.time() > self.deadline,
-                 bool(self.cfg.checkpoint_every_minutes) and now - self.last_checkpoint > 60 * self.cfg.checkpoint_every_minutes]
-        if self.world_size > 1:
-            flags = [bool(v) for v in all_reduce(torch.tensor(flags, dtype=torch.float64), self.device,
-                                                 dist.ReduceOp.MAX).tolist()]
-        return flags
+        return self.agreement.any([
+            self.stop_signal is not None, self.deadline is not None and time.time() > self.deadline,
+            bool(self.cfg.checkpoint_every_minutes) and now - self.last_checkpoint > 60 * self.cfg.checkpoint_every_minutes])
 
     def record(self, step, loop, lr, train_loss, grad_norm, step_seconds, evaluate):
         cfg = self.cfg
@@ -413,9 +323,13 @@ class Run:
                "grad_norm": grad_norm, "tokens_per_s": cfg.tokens_per_step / step_seconds if step_seconds else None}
         message = f"step {step}/{cfg.steps} | lr {lr:.3e}"
         if train_loss is not None:
-            message += f" | loss {train_loss:.4f} | grad {grad_norm:.3f} | {row['tokens_per_s']:,.0f} tok/s"
-            utilisation = mfu(row["tokens_per_s"], self.flops_per_token, self.peak_flops, self.world_size)
-            message += f" | MFU {utilisation:.1%}" if utilisation is not None else ""
+            message += f" | loss {train_loss:.4f} | grad {grad_norm:.3f}"
+            if row["tokens_per_s"]:
+                message += f" | {row['tokens_per_s']:,.0f} tok/s"
+                utilisation = mfu(row["tokens_per_s"], self.flops_per_token, self.peak_flops, self.world_size)
+                message += f" | MFU {utilisation:.1%}" if utilisation is not None else ""
+            else:
+                message += " | start-up step"
         if evaluate:
             t0 = time.perf_counter()
             row["val_loss"] = self.evaluate()
@@ -431,10 +345,8 @@ class Run:
                 row.update(totals)
                 if self.master:
                     self.diagnostics.write(diag_rows)
-        if self.master and (step % cfg.mal_every == 0 or step == cfg.steps):
-            t0 = time.perf_counter()
-            mal_rows = self.probe(step)
-            loop["probe_seconds"] += time.perf_counter() - t0
+        mal_rows = self.probes.pop(step, None)
+        if mal_rows:
             self.mal.write(mal_rows)
             message += f" | max MAL {max(r['mal'] for r in mal_rows):.1f}"
         if self.master:
@@ -445,22 +357,25 @@ class Run:
         cfg = self.cfg
         steps_done = last_step(self.metrics.text) if self.master else None
         result = {"val_loss": loop["last_val_loss"], "val_tokens": None}
-        if self.cfg.lambada_dir and status == "ok":
+        if self.cfg.lambada_dir and status == "ok" and self.master:
             result.update(lambada(self.model, cfg.lambada_dir, cfg.block_size, self.device, self.autocast))
         if self.device.type == "cuda":
             peak_memory = torch.cuda.max_memory_allocated(self.device)
         else:
             peak_memory = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         tokens = (steps_done or 0) * cfg.tokens_per_step
-        tokens_per_s = tokens / loop["train_seconds"] if loop["train_seconds"] else None
+        train_seconds = loop["train_seconds"]   # the steps after each process's first, without evaluation,
+        tokens_per_s = loop["timed_steps"] * cfg.tokens_per_step / train_seconds if train_seconds else None
         summary = {
             "status": status, "divergence_reason": reason,
             "final_val_loss": loop["last_val_loss"] if status == "ok" else None,
             "best_val_loss": loop["best_val_loss"], "initial_val_loss": loop["initial_val_loss"],
             "eval_interval": cfg.eval_interval,
             "loss_spikes": loop["divergence"]["loss_spikes"], "steps": steps_done, "planned_steps": cfg.steps,
-            "tokens": tokens, "train_seconds": loop["train_seconds"], "eval_seconds": loop["eval_seconds"],
-            "mal_probe_seconds": loop["probe_seconds"], "tokens_per_s": tokens_per_s,
+            "tokens": tokens, "train_seconds": train_seconds, "timed_steps": loop["timed_steps"],
+            "startup_seconds": loop["startup_seconds"], "eval_seconds": loop["eval_seconds"],
+            "mal_probe_seconds": loop["probe_seconds"], "checkpoint_seconds": loop["checkpoint_seconds"],
+            "tokens_per_s": tokens_per_s,
             "mfu": mfu(tokens_per_s, self.flops_per_token, self.peak_flops, self.world_size),
             "peak_memory_bytes": peak_memory, "n_params": self.model.num_params(),
             "world_size": self.world_size, "micro_batch_size": self.micro_batch, "grad_accum": self.accum,
@@ -521,7 +436,7 @@ def already_complete(cfg, out_dir):
 
 def train(cfg: CellConfig, out_dir, stop_at=None):
     """Run (or resume, or skip when already complete) one cell; returns its summary. Given stop_at (epoch
-    seconds: a scheduler's job limit less time to checkpoint), the run checkpoints at the first log point
+    seconds: a scheduler's job limit less time to checkpoint), the run checkpoints at the first step
     after it and exits EXIT_TIME_BUDGET, for the next job to resume."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -545,7 +460,7 @@ def main(argv=None):
     parser.add_argument("--out", type=Path, required=True, help="run directory (created; resumed when it exists)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     parser.add_argument("--stop-at", type=float, default=None, metavar="EPOCH_SECONDS",
-                        help=f"checkpoint and exit {EXIT_TIME_BUDGET} at the first log point after this time")
+                        help=f"checkpoint and exit {EXIT_TIME_BUDGET} at the first step after this time")
     args = parser.parse_args(argv)
     cfg = load_cell_config(args.config, args.set)
     for item in args.set:

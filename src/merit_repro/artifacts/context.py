@@ -55,7 +55,7 @@ class Context:
         return f"{optimizer}+qknorm" if self.config["models"][model].get("qk_norm") else optimizer
 
     def stands_in(self, model):
-        return stands_in(self.config, model)
+        return stands_in(self.config, model, self.spec)
 
     # -- the paper's numbers
 
@@ -184,7 +184,9 @@ class Context:
 
     def model_title(self, model):
         spec = self.config["models"][model]
-        stand_in = f" standing in for {spec.get('paper_model')}" if self.stands_in(model) else ""
+        stand_in = "" if not self.stands_in(model) else (
+            f", {_per(self.spec['tokens'], model):.3g} tokens, the paper's {self.paper_tokens(model):.3g}"
+            if budget_only(self.config, model, self.spec) else f" standing in for {spec.get('paper_model')}")
         return f"{model} ({spec['model']}{stand_in})"
 
     def paper_panel(self, model, title, xlabel, ylabel, points, **panel):
@@ -201,10 +203,21 @@ class Context:
         return p
 
 
-def stands_in(config, model):
-    """True when the model is a smaller stand-in for the paper's (the demo), not the paper's model itself."""
+def stands_in(config, model, experiment=None):
+    """True when our numbers for the model compare with the paper's in direction, not in value: the model is
+    a smaller stand-in for the paper's (the demo), or, in an experiment, it is the paper's model trained on
+    another token budget than the paper's (the experiment's `paper.tokens`, as in config/gpu1.yaml)."""
     spec = config["models"][model]
-    return spec.get("paper_model") != spec["model"]
+    return spec.get("paper_model") != spec["model"] or (experiment is not None
+                                                         and budget_only(config, model, experiment))
+
+
+def budget_only(config, model, experiment):
+    """The paper's own model, trained in this experiment on another budget than the paper's `paper.tokens`."""
+    spec = config["models"][model]
+    paper = (experiment.get("paper") or {}).get("tokens")
+    return (spec.get("paper_model") == spec["model"] and paper is not None
+            and float(paper) != float(_per(experiment["tokens"], model)))
 
 
 def _per(value, key):
@@ -272,9 +285,11 @@ def differences(ctx):
     for model in ctx.spec["models"]:
         if ctx.stands_in(model):
             spec = ctx.config["models"][model]
-            notes.append(f"{model} is {spec['model']} on {spec['data']}, a stand-in for {spec.get('paper_model')}: "
-                         "compare directions, not values; the paper's numbers are in their own panel and table rows, "
-                         "at the batch sizes the experiment's `paper` block maps ours to")
+            what = (f"the paper's {spec['model']} trained on {_per(ctx.spec['tokens'], model):.3g} tokens, the "
+                    f"paper's on {ctx.paper_tokens(model):.3g}" if budget_only(ctx.config, model, ctx.spec) else
+                    f"{spec['model']} on {spec['data']}, a stand-in for {spec.get('paper_model')}")
+            notes.append(f"{model} is {what}: compare directions, not values; the paper's numbers are in their own "
+                         "panel and table rows, at the batch sizes the experiment's `paper` block maps ours to")
     return notes
 
 

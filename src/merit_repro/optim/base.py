@@ -26,10 +26,11 @@ def validate_adam_hparams(lr, betas, eps, weight_decay):
 class TrustRatioOptimizer(Optimizer):
     """Adam moments, a direction, a trust ratio: the part MERIT and LAMB have in common.
 
-    Subclasses set their switches in ``defaults`` and implement ``make_ratio(param, group)``.
-    State names follow AdamW (``step``, ``exp_avg``, ``exp_avg_sq``). ``foreach=None`` picks the
-    multi-tensor path on CUDA and the cache-chunked per-tensor path on CPU; both give identical
-    results. Set ``track_diagnostics = True`` before a step to get, per parameter, the fraction
+    Subclasses set their switches in ``defaults`` and implement ``make_ratio(group)`` (a ratio
+    from ``trust_ratio``). State names follow AdamW (``step``, ``exp_avg``, ``exp_avg_sq``).
+    ``foreach=None`` picks the multi-tensor path on CUDA and the cache-chunked per-tensor path
+    on CPU; both give the same results (bit for bit for MERIT, up to float rounding of the norms
+    for LAMB). Set ``track_diagnostics = True`` before a step to get, per parameter, the fraction
     of elements clipped and of elements where MERIT's tensor-level floor binds, as 0-d tensors
     in ``self.diagnostics`` (ordinary steps pay nothing for this).
     """
@@ -48,7 +49,7 @@ class TrustRatioOptimizer(Optimizer):
             for key, value in self.defaults.items():
                 group.setdefault(key, value)
 
-    def make_ratio(self, param, group):
+    def make_ratio(self, group):
         raise NotImplementedError
 
     def _gather(self, group):
@@ -96,6 +97,5 @@ class TrustRatioOptimizer(Optimizer):
             if foreach is None:
                 foreach = tensors[0][0].is_cuda
             impl = multi_tensor_step if foreach else single_tensor_step
-            impl(*tensors, lambda p: self.make_ratio(p, group), opts,
-                 self.diagnostics if self.track_diagnostics else None)
+            impl(*tensors, self.make_ratio(group), opts, self.diagnostics if self.track_diagnostics else None)
         return loss

@@ -33,5 +33,5 @@ class Lamb(TrustRatioOptimizer):
                         chunk_numel=chunk_numel)
         super().__init__(params, defaults)
 
-    def make_ratio(self, param, group):
-        return L2NormRatio(param, max_weight_norm=group["max_weight_norm"])
+    def make_ratio(self, group):
+        return L2NormRatio(group["params"], max_weight_norm=group["max_weight_norm"])

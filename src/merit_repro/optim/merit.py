@@ -41,5 +41,5 @@ class MERIT(TrustRatioOptimizer):
                         foreach=foreach, chunk_numel=chunk_numel)
         super().__init__(params, defaults)
 
-    def make_ratio(self, param, group):
-        return MaxNormRatio(param, elementwise=group["elementwise"], weight_floor=group["weight_floor"])
+    def make_ratio(self, group):
+        return MaxNormRatio(elementwise=group["elementwise"], weight_floor=group["weight_floor"])

@@ -10,15 +10,25 @@ weight ``w`` and of ``a``. They differ only in the ratio:
 
 A ratio needs statistics of the whole tensor before any element is updated, so every step makes
 two passes: one that updates the moments and gathers statistics, one that applies the update.
-The per-tensor path walks each tensor in row chunks small enough to stay in cache and recomputes
-``a`` in the second pass instead of storing it, which brings the memory traffic close to the
-two-pass floor on CPU. The multi-tensor path computes ``a`` for all tensors with ``torch._foreach_*``
-kernels (the fast choice on CUDA). Statistics are reduced over the same chunks in both paths, so
-the two give bit-identical results.
 
-Nothing here calls ``.item()``: zero guards and diagnostics stay on the device.
+- The per-tensor path (the CPU default) walks each tensor in row chunks small enough to stay in
+  cache and recomputes ``a`` in the second pass instead of storing it, which brings the memory
+  traffic close to the two-pass floor on CPU.
+- The multi-tensor path (the CUDA default) computes ``a`` for all tensors with ``torch._foreach_*``
+  kernels and reduces whole tensors: LAMB's norms are two ``_foreach_norm`` calls, MERIT's row and
+  column maxima one reduction per matrix and statistic (benchmarks/optim_step.py counts operators).
+
+Both paths turn statistics into ratios with the same code (``finalize``, foreach ops over lists).
+Max-norms are exact in any order, so MERIT's two paths give bit-identical results; LAMB's norms
+are rounded per chunk on the per-tensor path, so its two paths agree to float rounding (and bit
+for bit where a tensor is one chunk).
+
+Nothing here reads a tensor back to the host or copies host data to the device (no ``.item()``,
+no ``torch.tensor``, no boolean masks): zero guards and diagnostics stay on the device, and a step
+never waits for the GPU (``dispatch_count`` counts such operators; tests/test_optim.py checks).
 """
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -53,6 +63,33 @@ def row_chunks(param: Tensor, chunk_numel: int):
     return [slice(i, min(i + step, n)) for i in range(0, n, step)]
 
 
+def guarded_ratios(nums, dens):
+    """num / den for lists of tensors >= 0, NaN where num or den is 0 (the zero guard, resolved later).
+
+    min(num, den) / itself is 1 where both are positive and 0/0 = NaN where either is 0; multiplying
+    by it leaves a ratio bit for bit as it was, or marks it.
+    """
+    ratios = torch._foreach_div(nums, dens)
+    marks = torch._foreach_minimum(nums, dens)
+    torch._foreach_div_(marks, marks)
+    torch._foreach_mul_(ratios, marks)
+    return ratios
+
+
+def nan_to_one(x: Tensor) -> Tensor:
+    """The guard's ratio of 1 where a NaN marks it (infinities are kept)."""
+    return x.nan_to_num_(nan=1.0, posinf=math.inf, neginf=-math.inf)
+
+
+def abs_maxima(x: Tensor, reductions):
+    """max |x| over each tuple of dims, dims kept: one kernel per reduction on CUDA (vector_norm);
+    on the CPU, where vector_norm's max is far slower, one abs and an amax per reduction."""
+    if x.device.type != "cpu":
+        return tuple(torch.linalg.vector_norm(x, math.inf, dims, keepdim=True) for dims in reductions)
+    x_abs = x.abs()
+    return tuple(x_abs.amax(dims, keepdim=True) for dims in reductions)
+
+
 class MaxNormRatio:
     """MERIT's trust ratio from max-norms (Algorithm 1 and the official code).
 
@@ -62,110 +99,133 @@ class MaxNormRatio:
     Dims beyond the second are kept as batch dims of both reductions, exactly as the official
     code's ``amax(dim=1)`` / ``amax(dim=0)`` do. Otherwise (1-D tensors, or ``elementwise`` off)
     the ratio is ``b`` alone, 1 when either max is zero.
+
+    A tensor's statistics are ``(w_maxima, a_maxima)``: per reduction (see ``reductions``), the
+    maxima of ``|w|`` and of ``|a|`` with dims kept.
     """
 
-    def __init__(self, param: Tensor, elementwise: bool = True, weight_floor: bool = True):
-        self.matrix = elementwise and param.dim() >= 2
+    def __init__(self, elementwise: bool = True, weight_floor: bool = True):
+        self.elementwise = elementwise
         self.weight_floor = weight_floor
-        if self.matrix:
-            row_shape = param.shape[:1] + param.shape[2:]
-            self.row_w = param.new_empty(row_shape)
-            self.row_a = param.new_empty(row_shape)
-            self.col_w = param.new_zeros(param.shape[1:])
-            self.col_a = param.new_zeros(param.shape[1:])
-        else:
-            self.max_w = param.new_zeros(())
-            self.max_a = param.new_zeros(())
 
-    def accumulate(self, rows: slice, w: Tensor, a: Tensor, scratch: Tensor) -> None:
-        for x, row_max, col_max in ((w, "row_w", "col_w"), (a, "row_a", "col_a")):
+    def reductions(self, param: Tensor):
+        """The dims each statistic reduces: (1,) per row and (0,) per column of a matrix, else all."""
+        if self.elementwise and param.dim() >= 2:
+            return (1,), (0,)
+        return (tuple(range(param.dim())),)
+
+    def statistics(self, params, updates):
+        """Multi-tensor path: statistics of whole tensors."""
+        return [(abs_maxima(p, self.reductions(p)), abs_maxima(a, self.reductions(p))) for p, a in zip(params, updates)]
+
+    def new_statistics(self, param: Tensor):
+        """Per-tensor path: zeroed statistics of one tensor, for accumulate to fill chunk by chunk."""
+        shapes = [[1 if d in dims else n for d, n in enumerate(param.shape)] for dims in self.reductions(param)]
+        return tuple(tuple(param.new_zeros(shape) for shape in shapes) for _ in "wa")
+
+    def accumulate(self, statistics, rows: slice, w: Tensor, a: Tensor, scratch: Tensor) -> None:
+        """Per-tensor path: fold rows ``rows`` (``w``, ``a``: those rows) into the statistics."""
+        reductions = self.reductions(w)
+        for maxima, x in zip(statistics, (w, a)):
             x_abs = torch.abs(x, out=scratch)
-            if self.matrix:
-                torch.amax(x_abs, dim=1, out=getattr(self, row_max)[rows])
-                torch.maximum(getattr(self, col_max), x_abs.amax(dim=0), out=getattr(self, col_max))
-            else:
-                name = "max_w" if row_max == "row_w" else "max_a"
-                torch.maximum(getattr(self, name), x_abs.amax(), out=getattr(self, name))
+            for m, dims in zip(maxima, reductions):
+                if 0 in dims:  # spans chunks: a running maximum
+                    torch.maximum(m, x_abs.amax(dims, keepdim=True), out=m)
+                else:          # one value per row: this chunk's rows
+                    torch.amax(x_abs, dims, keepdim=True, out=m[rows])
 
-    def finalize(self, track_diagnostics: bool) -> dict:
-        diagnostics = {}
-        if not self.matrix:
-            zero = (self.max_w == 0) | (self.max_a == 0)
-            self.ratio = torch.where(zero, torch.ones_like(self.max_w), self.max_w / self.max_a)
-            return diagnostics
-        tensor_ratio = self.row_w.amax() / self.row_a.amax()
-        row_ratio = self.row_w / self.row_a
-        col_ratio = self.col_w / self.col_a
-        row_zero = (self.row_w == 0) | (self.row_a == 0)
-        col_zero = (self.col_w == 0) | (self.col_a == 0)
-        if track_diagnostics and self.weight_floor:
-            # The floor binds at (i, j) iff r_i < b and c_j < b, so the count factorises.
-            rows_below = ((row_ratio < tensor_ratio) & ~row_zero).sum(0)
-            cols_below = ((col_ratio < tensor_ratio) & ~col_zero).sum(0)
-            numel = self.row_w.numel() * self.col_w.shape[0]
-            diagnostics["floor_fraction"] = (rows_below * cols_below).sum() / numel
-        if self.weight_floor:  # max(max(r, c), b) == max(max(r, b), c)
-            row_ratio = torch.maximum(row_ratio, tensor_ratio)
-        # NaN marks a zero-guarded row or column: torch.maximum propagates it to every element
-        # of that row/column, and scale() turns it into the guard's ratio of 1.
-        nan = row_ratio.new_tensor(math.nan)
-        self.row_ratio = torch.where(row_zero, nan, row_ratio).unsqueeze(1)
-        self.col_ratio = torch.where(col_zero, nan, col_ratio).unsqueeze(0)
-        return diagnostics
+    def finalize(self, params, statistics, diagnostics=None):
+        """Per tensor, the factors of its scale: ``(r, c)`` of a matrix, with NaN marking a guarded
+        row or column and ``r`` floored by ``b``; ``(b,)`` otherwise. ``diagnostics``: a dict per
+        tensor to put ``floor_fraction`` in, or None."""
+        w_maxima = [m for w, _ in statistics for m in w]
+        a_maxima = [m for _, a in statistics for m in a]
+        ratios = iter(guarded_ratios(w_maxima, a_maxima))
+        factors = [tuple(next(ratios) for _ in w) for w, _ in statistics]   # regrouped per tensor
+        matrices = [i for i, f in enumerate(factors) if len(f) == 2]
+        if matrices:
+            # b from the row maxima; no guard needed: where a max-norm is 0, every row is guarded.
+            row_w, row_a = ([statistics[i][k][0] for i in matrices] for k in (0, 1))
+            tensor_ratios = torch._foreach_div(*(torch._foreach_norm(rows, math.inf) for rows in (row_w, row_a)))
+            if diagnostics is not None and self.weight_floor:
+                # The floor binds at (i, j) iff r_i < b and c_j < b (a NaN mark compares false), so the
+                # count factorises into rows below times columns below.
+                for i, b in zip(matrices, tensor_ratios):
+                    r, c = factors[i]
+                    diagnostics[i]["floor_fraction"] = ((r < b).sum(0) * (c < b).sum(1)).sum() / params[i].numel()
+            if self.weight_floor:  # max(max(r, c), b) == max(max(r, b), c)
+                torch._foreach_maximum_([factors[i][0] for i in matrices], tensor_ratios)
+        for f in factors:
+            if len(f) == 1:
+                nan_to_one(f[0])
+        return factors
 
-    def scale(self, rows: slice, scratch: Tensor) -> Tensor:
-        if not self.matrix:
-            return self.ratio
-        s = torch.maximum(self.row_ratio[rows], self.col_ratio, out=scratch)
-        return s.nan_to_num_(nan=1.0, posinf=math.inf, neginf=-math.inf)
+    def scale(self, factors, rows: slice | None = None, out: Tensor | None = None) -> Tensor:
+        """s for rows ``rows`` (None: all) of a tensor, from its factors; NaN marks become the guard's 1."""
+        if len(factors) == 1:
+            return factors[0]
+        r, c = factors
+        return nan_to_one(torch.maximum(r if rows is None else r[rows], c, out=out))
 
 
 class L2NormRatio:
     """LAMB's trust ratio ``‖w‖₂ / ‖a‖₂`` per tensor, 1 when either norm is zero.
 
     ``max_weight_norm`` caps ``‖w‖₂`` (10 in cybertronai's pytorch-lamb and torch_optimizer;
-    None for no cap). Squares are summed in at least float32, over the same chunks in both paths.
+    None for no cap). Norms are taken in at least float32 (float64 if any of ``params`` is). A
+    tensor's statistics are ``(‖w‖₂, ‖a‖₂)``.
     """
 
-    def __init__(self, param: Tensor, max_weight_norm: float | None = 10.0):
+    def __init__(self, params, max_weight_norm: float | None = 10.0):
         self.max_weight_norm = max_weight_norm
-        self.dtype = torch.promote_types(param.dtype, torch.float32)
-        self.sumsq_w = param.new_zeros((), dtype=self.dtype)
-        self.sumsq_a = param.new_zeros((), dtype=self.dtype)
+        self.dtype = functools.reduce(torch.promote_types, (p.dtype for p in params), torch.float32)
 
-    def accumulate(self, rows: slice, w: Tensor, a: Tensor, scratch: Tensor) -> None:
-        self.sumsq_w += torch.linalg.vector_norm(w, dtype=self.dtype).square()
-        self.sumsq_a += torch.linalg.vector_norm(a, dtype=self.dtype).square()
+    def statistics(self, params, updates):
+        """Multi-tensor path: the norms of whole tensors."""
+        return list(zip(*(torch._foreach_norm(tensors, 2, dtype=self.dtype) for tensors in (params, updates))))
 
-    def finalize(self, track_diagnostics: bool) -> dict:
-        w_norm = self.sumsq_w.sqrt()
+    def new_statistics(self, param: Tensor):
+        """Per-tensor path: zero norms, for accumulate to fill chunk by chunk."""
+        return param.new_zeros((), dtype=self.dtype), param.new_zeros((), dtype=self.dtype)
+
+    def accumulate(self, statistics, rows: slice, w: Tensor, a: Tensor, scratch: Tensor) -> None:
+        """Per-tensor path: the norm of the rows so far and this chunk's, hypot(‖so far‖, ‖chunk‖)."""
+        for norm, x in zip(statistics, (w, a)):
+            torch.hypot(norm, torch.linalg.vector_norm(x, dtype=self.dtype), out=norm)
+
+    def finalize(self, params, statistics, diagnostics=None):
+        """Per tensor, ``(ratio,)`` as a 0-d tensor."""
+        w_norm, a_norm = (torch.stack(norms) for norms in zip(*statistics))
         if self.max_weight_norm is not None:
             w_norm = w_norm.clamp(max=self.max_weight_norm)
-        a_norm = self.sumsq_a.sqrt()
-        zero = (w_norm == 0) | (a_norm == 0)
-        self.ratio = torch.where(zero, torch.ones_like(w_norm), w_norm / a_norm)
-        return {}
+        (ratio,) = guarded_ratios([w_norm], [a_norm])
+        return [(r,) for r in nan_to_one(ratio).unbind()]
 
-    def scale(self, rows: slice, scratch: Tensor) -> Tensor:
-        return self.ratio
+    def scale(self, factors, rows: slice | None = None, out: Tensor | None = None) -> Tensor:
+        return factors[0]
 
 
-def bias_corrections(step: Tensor, opts: StepOptions):
-    """(1 - beta1^t, sqrt(1 - beta2^t)) as 0-d tensors, or (None, None) when switched off."""
+def bias_corrections(steps, opts: StepOptions):
+    """Per step tensor, 1 - beta1^t and sqrt(1 - beta2^t) as lists of 0-d tensors (Nones when switched off)."""
     if not opts.bias_correction:
-        return None, None
-    return 1 - opts.beta1**step, (1 - opts.beta2**step).sqrt()
+        return [None] * len(steps), [None] * len(steps)
+    corrections = torch._foreach_pow(opts.beta1, steps), torch._foreach_pow(opts.beta2, steps)
+    for c in corrections:
+        torch._foreach_neg_(c)
+        torch._foreach_add_(c, 1)
+    torch._foreach_sqrt_(corrections[1])
+    return corrections
 
 
 def direction(exp_avg, exp_avg_sq, param, out, opts: StepOptions, bc1=None, bc2_sqrt=None):
     """a = m / (sqrt(v) + eps) + wd * w, written into out (one chunk or one whole tensor)."""
     torch.sqrt(exp_avg_sq, out=out)
     if bc2_sqrt is not None:
-        out.div_(bc2_sqrt.to(out.dtype))
+        out.div_(bc2_sqrt)
     out.add_(opts.eps)
     torch.div(exp_avg, out, out=out)
     if bc1 is not None:
-        out.div_(bc1.to(out.dtype))
+        out.div_(bc1)
     if opts.weight_decay != 0 and not opts.decoupled_weight_decay:
         out.add_(param, alpha=opts.weight_decay)
     return out
@@ -188,12 +248,12 @@ def _update_moments(exp_avg, exp_avg_sq, grad, opts: StepOptions):
     exp_avg_sq.mul_(opts.beta2).addcmul_(grad, grad, value=1 - opts.beta2)
 
 
-def single_tensor_step(params, grads, exp_avgs, exp_avg_sqs, steps, make_ratio, opts, diagnostics=None):
+def single_tensor_step(params, grads, exp_avgs, exp_avg_sqs, steps, ratio, opts, diagnostics=None):
     """Per-tensor path: two cache-sized passes over each tensor, recomputing a in the second."""
     for param, grad, exp_avg, exp_avg_sq, step in zip(params, grads, exp_avgs, exp_avg_sqs, steps):
         step += 1
-        bc1, bc2_sqrt = bias_corrections(step, opts)
-        ratio = make_ratio(param)
+        (bc1,), (bc2_sqrt,) = bias_corrections([step], opts)
+        statistics = ratio.new_statistics(param)
         chunks = row_chunks(param, opts.chunk_numel)
         buffer_rows = chunks[0].stop - chunks[0].start
         update_buf = param.new_empty((buffer_rows,) + param.shape[1:])
@@ -203,56 +263,48 @@ def single_tensor_step(params, grads, exp_avgs, exp_avg_sqs, steps, make_ratio, 
             m, v, w = exp_avg[rows], exp_avg_sq[rows], param[rows]
             _update_moments(m, v, grad[rows], opts)
             a = direction(m, v, w, update_buf[:n], opts, bc1, bc2_sqrt)
-            ratio.accumulate(rows, w, a, scratch[:n])
-        diag = ratio.finalize(diagnostics is not None)
-        clip_count = param.new_zeros((), dtype=torch.int64) if diagnostics is not None else None
+            ratio.accumulate(statistics, rows, w, a, scratch[:n])
+        diag = {} if diagnostics is not None else None
+        (factors,) = ratio.finalize([param], [statistics], None if diag is None else [diag])
+        clip_count = param.new_zeros((), dtype=torch.int64) if diag is not None else None
         for rows in chunks:
             n = rows.stop - rows.start
             m, v, w = exp_avg[rows], exp_avg_sq[rows], param[rows]
             a = direction(m, v, w, update_buf[:n], opts, bc1, bc2_sqrt)
-            apply_update(w, a, ratio.scale(rows, scratch[:n]), opts, clip_count)
-        if diagnostics is not None:
+            apply_update(w, a, ratio.scale(factors, rows, scratch[:n]), opts, clip_count)
+        if diag is not None:
             if opts.clip:
                 diag["clip_fraction"] = clip_count / param.numel()
             diagnostics[param] = diag
 
 
-def multi_tensor_step(params, grads, exp_avgs, exp_avg_sqs, steps, make_ratio, opts, diagnostics=None):
-    """Multi-tensor path: moments and directions of all tensors through torch._foreach_* kernels."""
+def multi_tensor_step(params, grads, exp_avgs, exp_avg_sqs, steps, ratio, opts, diagnostics=None):
+    """Multi-tensor path: moments, directions and updates of all tensors through torch._foreach_* kernels."""
     if not params:
         return
     torch._foreach_add_(steps, 1)
     torch._foreach_lerp_(exp_avgs, grads, 1 - opts.beta1)
     torch._foreach_mul_(exp_avg_sqs, opts.beta2)
     torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1 - opts.beta2)
+    bc1, bc2_sqrt = bias_corrections(steps, opts)
     denominators = torch._foreach_sqrt(exp_avg_sqs)
-    corrections = [bias_corrections(step, opts) for step in steps]
     if opts.bias_correction:
-        for d, (_, bc2_sqrt) in zip(denominators, corrections):
-            d.div_(bc2_sqrt.to(d.dtype))
+        torch._foreach_div_(denominators, bc2_sqrt)
     torch._foreach_add_(denominators, opts.eps)
     updates = torch._foreach_div(exp_avgs, denominators)
     del denominators
     if opts.bias_correction:
-        for u, (bc1, _) in zip(updates, corrections):
-            u.div_(bc1.to(u.dtype))
+        torch._foreach_div_(updates, bc1)
     if opts.weight_decay != 0 and not opts.decoupled_weight_decay:
         torch._foreach_add_(updates, params, alpha=opts.weight_decay)
-    scales = []
-    for param, a in zip(params, updates):
-        ratio = make_ratio(param)
-        scratch = torch.empty_like(a)
-        for rows in row_chunks(param, opts.chunk_numel):
-            ratio.accumulate(rows, param[rows], a[rows], scratch[rows])
-        diag = ratio.finalize(diagnostics is not None)
-        scales.append(ratio.scale(slice(None), scratch))
-        if diagnostics is not None:
-            diagnostics[param] = diag
-    for u, s in zip(updates, scales):  # 0-d and full-size scales mixed: no foreach broadcast
-        u.mul_(s)
-    if diagnostics is not None and opts.clip:
-        for param, u in zip(params, updates):
-            diagnostics[param]["clip_fraction"] = (u.abs() > 1).sum() / param.numel()
+    diag = [{} for _ in params] if diagnostics is not None else None
+    factors = ratio.finalize(params, ratio.statistics(params, updates), diag)
+    torch._foreach_mul_(updates, [ratio.scale(f) for f in factors])
+    if diag is not None:
+        if opts.clip:
+            for d, u in zip(diag, updates):
+                d["clip_fraction"] = (u.abs() > 1).sum() / u.numel()
+        diagnostics.update(zip(params, diag))
     if opts.clip:
         torch._foreach_clamp_min_(updates, -1.0)
         torch._foreach_clamp_max_(updates, 1.0)

@@ -1,0 +1,100 @@
+"""The parts of GPU training that can be exercised without a GPU: the memory fit, device pools, RNG restore."""
+
+import gc
+import weakref
+
+import pytest
+import torch
+
+from merit_repro import checkpoint, memory
+from merit_repro.gpu_slots import device_pool
+from merit_repro.model import GPT, GPTConfig
+from merit_repro.utils import UserError
+
+GiB = 2**30
+
+
+def injected(oom_above, bytes_per_sequence, tried):
+    """A measurement that runs out of memory above a chosen micro-batch and is linear below it."""
+    def peak_bytes(micro):
+        tried.append(micro)
+        return None if micro > oom_above else micro * bytes_per_sequence
+    return peak_bytes
+
+
+def test_the_fit_takes_the_largest_divisor_that_leaves_the_headroom():
+    tried = []
+    micro = memory.largest_fitting(memory.divisors_of(480), injected(40, GiB, tried), limit_bytes=36 * GiB,
+                                   extra_bytes=10 * GiB)
+    assert micro == 24   # 40 and 30 do not run out, but with the optimizer state they pass the limit
+    assert tried == [480, 240, 160, 120, 96, 80, 60, 48, 40, 32, 30, 24]
+
+
+def test_no_fitting_micro_batch_is_a_clear_error():
+    with pytest.raises(UserError, match="no micro-batch fits.*tried.*1: out of memory"):
+        memory.largest_fitting([4, 2, 1], injected(0, GiB, []), limit_bytes=GiB, extra_bytes=0)
+
+
+def test_a_failed_attempt_is_freed_before_the_next(monkeypatch):
+    """What an attempt that ran out of memory allocated is gone when the next, smaller one starts."""
+    model = GPT(GPTConfig.named("demo-tiny", block_size=16, vocab_size=64))
+    alive = []
+
+    def forward_out_of_memory(x, y):
+        activations = torch.empty(1024, 1024)
+        alive.append(weakref.ref(activations))
+        raise torch.OutOfMemoryError("injected")
+
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device: None)
+    monkeypatch.setattr(model, "forward", forward_out_of_memory)
+    assert memory.peak_bytes_of_step(model, 8, 16, "cpu", None) is None
+    gc.disable()   # freed by reference counting, not by a later collection
+    try:
+        assert alive and alive[0]() is None
+    finally:
+        gc.enable()
+
+
+def test_optimizer_state_step_buffers_and_ddp_buckets_are_counted():
+    model = GPT(GPTConfig.named("demo-tiny", block_size=16, vocab_size=64))
+    param_bytes = sum(p.numel() * 4 for p in model.parameters())
+    assert memory.unmeasured_bytes(model, 1) == 4 * param_bytes
+    assert memory.unmeasured_bytes(model, 2) == 5 * param_bytes
+
+
+@pytest.mark.parametrize("env, pool", [
+    ({"CUDA_VISIBLE_DEVICES": "2,3,5,7", "MERIT_GPUS": "2"}, ["2", "3"]),
+    ({"CUDA_VISIBLE_DEVICES": "2,3,5,7", "MERIT_GPUS": "5,7"}, ["5", "7"]),
+    ({"CUDA_VISIBLE_DEVICES": "2,3,5,7"}, ["2", "3", "5", "7"]),
+    ({"MERIT_GPUS": "3"}, ["0", "1", "2"]),
+    ({"MERIT_GPUS": "1,4"}, ["1", "4"]),
+    ({"CUDA_VISIBLE_DEVICES": ""}, []),
+])
+def test_the_gpu_pool_stays_within_the_visible_devices(monkeypatch, env, pool):
+    for key in ("CUDA_VISIBLE_DEVICES", "MERIT_GPUS"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert device_pool() == pool
+
+
+@pytest.mark.parametrize("spec, message", [("5", "more GPUs than CUDA_VISIBLE_DEVICES"), ("0,3", "outside")])
+def test_a_gpu_pool_outside_the_visible_devices_is_refused(monkeypatch, spec, message):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    monkeypatch.setenv("MERIT_GPUS", spec)
+    with pytest.raises(UserError, match=message):
+        device_pool()
+
+
+@pytest.mark.parametrize("saved, index, restored", [
+    (torch.tensor([7]), 3, 7),                        # this device's own state
+    ([torch.tensor([1]), torch.tensor([2])], 1, 2),   # an older checkpoint with every device's
+    ([torch.tensor([1]), torch.tensor([2])], 5, 2),   # ... resumed on more GPUs than it was saved with
+])
+def test_each_rank_restores_its_own_cuda_generator_whatever_the_gpu_count(monkeypatch, saved, index, restored):
+    calls = []
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device: calls.append((int(state[0]), device)))
+    state = {**checkpoint.rng_state(torch.device("cpu")), "cuda": saved}
+    device = torch.device("cuda", index)
+    checkpoint.set_rng_state(state, device)
+    assert calls == [(restored, device)]
