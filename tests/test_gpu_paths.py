@@ -78,6 +78,28 @@ def test_the_gpu_pool_stays_within_the_visible_devices(monkeypatch, env, pool):
     assert device_pool() == pool
 
 
+def test_in_a_scheduler_job_only_its_own_devices_count(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    monkeypatch.setenv("MERIT_GPUS", "8")   # exported from a workstation session
+    assert device_pool(scheduler=True) == ["0"]
+
+
+def test_a_loaded_optimizer_state_keeps_step_beside_its_parameter_and_owns_it():
+    """torch's load_state_dict leaves `step` where it was saved (the CPU, or a memory-mapped file)."""
+    from merit_repro.optim import build
+
+    p = torch.nn.Parameter(torch.ones(3, 2))
+    p.grad = torch.ones(3, 2)
+    saved = build("merit", [p], lr=1e-3)
+    saved.step()
+    state = saved.state_dict()
+    loaded = build("merit", [p], lr=1e-3)
+    loaded.load_state_dict(state)
+    step = loaded.state[p]["step"]
+    assert step.device == p.device and step.dtype == torch.float32 and float(step) == 1.0
+    assert step.untyped_storage().data_ptr() != state["state"][0]["step"].untyped_storage().data_ptr()
+
+
 @pytest.mark.parametrize("spec, message", [("5", "more GPUs than CUDA_VISIBLE_DEVICES"), ("0,3", "outside")])
 def test_a_gpu_pool_outside_the_visible_devices_is_refused(monkeypatch, spec, message):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")

@@ -189,8 +189,10 @@ def test_torchrun_passes_the_agreed_stop_code_on():
 
     assert stop_code([75, 75]) == 75 and stop_code([143, -15]) == 143 and stop_code([130]) == 130
     assert stop_code([75, 1]) == 1 and stop_code([75, 143]) == 1 and stop_code([1, -15]) == 1
-    assert with_grace(["-m", "x"])[:2] == ["--shutdown-timeout", "600"]
-    assert with_grace(["--shutdown-timeout=5", "-m", "x"]) == ["--shutdown-timeout=5", "-m", "x"]
+    assert with_grace(["-m", "x"], environ={})[:2] == ["--shutdown-timeout", "600"]
+    assert with_grace(["--shutdown-timeout=5", "-m", "x"], environ={}) == ["--shutdown-timeout=5", "-m", "x"]
+    assert with_grace(["-m", "x"], environ={"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "900"}) == ["-m", "x"]
+    assert with_grace(["-m", "x"], supported=False, environ={}) == ["-m", "x"]   # an older torch: warned
 
 
 def test_divergence_ends_the_cell_with_status_and_exit_zero(tmp_path, data_dir):

@@ -2,15 +2,17 @@
 
 ``save`` writes model, optimizer, RNG states, the loop's state and the CSV logs' text, with the cell's
 result settings and the fingerprint of the corpus it was trained on (written by rank 0 only). ``load``
-reads one back on every rank as tensors and plain data only (``weights_only``), memory-mapped: the
-ranks of one node share the file's pages instead of each holding its own copy in host memory (a
-GPT-2 Large checkpoint is about 9 GB), and refuses a checkpoint of another cell or another corpus
-with the way on.
+reads one back on every rank as tensors and plain data only (``weights_only``), memory-mapped for
+GPU runs: the ranks of one node share the file's pages instead of each holding its own copy in host
+memory (a GPT-2 Large checkpoint is about 9 GB); loading copies every tensor onto the GPU, so nothing
+keeps the file mapped afterwards. It refuses a checkpoint of another cell or another corpus with the
+way on.
 """
 
 import pickle
 import random
 import warnings
+import zipfile
 
 import numpy as np
 import torch
@@ -52,12 +54,13 @@ def save(path, cfg, fingerprints, step, model, optimizer, loop, logs, device):
                        "loop": loop, "logs": {name: log.snapshot() for name, log in logs.items()}}, path)
 
 
-def load(path, cfg, fingerprints):
-    """The checkpoint at path, memory-mapped on the CPU, or an error saying how to go on."""
+def load(path, cfg, fingerprints, mmap=True):
+    """The checkpoint at path, on the CPU (memory-mapped with mmap), or an error saying how to go on."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            mmap = mmap and zipfile.is_zipfile(path)   # anything else is no checkpoint of ours: torch.load says what
+            ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
         if not isinstance(ckpt, dict) or not KEYS <= set(ckpt):
             raise ValueError("it is not a checkpoint of merit_repro.train")
     except pickle.UnpicklingError:

@@ -56,13 +56,14 @@ class HostAgreement:
         if world_size > 1:
             self.group = None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
 
-    def any(self, flags):
-        """Each flag true on any rank, the same list on every rank."""
+    def max(self, values):
+        """Each value's largest over the ranks (a flag: true on any rank), the same list on every rank."""
+        values = [float(v) for v in values]
         if self.world_size == 1:
-            return [bool(f) for f in flags]
-        t = torch.tensor([float(bool(f)) for f in flags], dtype=torch.float64)
+            return values
+        t = torch.tensor(values, dtype=torch.float64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
-        return [bool(v) for v in t.tolist()]
+        return t.tolist()
 
     def barrier(self):
         if self.world_size > 1:

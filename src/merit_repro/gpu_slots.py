@@ -18,12 +18,14 @@ from pathlib import Path
 from .utils import UserError
 
 
-def device_pool():
+def device_pool(scheduler=False):
     """Device ids to share: $MERIT_GPUS (a count, or ids with commas), $CUDA_VISIBLE_DEVICES, or all.
 
     Within a $CUDA_VISIBLE_DEVICES this process was given, a count takes its first devices and ids must be
-    among its ids: a job never escapes the devices its parent was limited to."""
-    spec = os.environ.get("MERIT_GPUS", "").strip()
+    among its ids: a job never escapes the devices its parent was limited to. In a scheduler's job
+    (``scheduler``) the job's own $CUDA_VISIBLE_DEVICES alone counts: a $MERIT_GPUS exported from a
+    workstation session means nothing there."""
+    spec = "" if scheduler else os.environ.get("MERIT_GPUS", "").strip()
     visible = [s.strip() for s in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if s.strip()]
     if "CUDA_VISIBLE_DEVICES" in os.environ and not visible:
         return []   # CUDA_VISIBLE_DEVICES="" hides every device

@@ -55,8 +55,10 @@ def launch_cell(cell, out_dir, gpus=0, threads=1, time_budget_seconds=None):
     # A cell given GPUs trains on them or fails at once (no quiet fall-back to the CPU), unless its config
     # says device: cpu on purpose.
     device = "cpu" if gpus == 0 else ("cuda" if cell.get("device", "auto") == "auto" else cell["device"])
-    if device != "cpu" and len(device_pool()) < gpus:   # before torchrun starts a process per GPU to fail each
-        raise UserError(f"this cell needs {gpus} GPUs but {len(device_pool())} are visible (CUDA_VISIBLE_DEVICES="
+    scheduler_assigns_gpus = "SLURM_JOB_ID" in os.environ
+    visible = len(device_pool(scheduler=scheduler_assigns_gpus)) if device != "cpu" else gpus
+    if visible < gpus:   # before torchrun starts a process per GPU to fail each
+        raise UserError(f"this cell needs {gpus} GPUs but {visible} are visible (CUDA_VISIBLE_DEVICES="
                         f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')!r}, MERIT_GPUS="
                         f"{os.environ.get('MERIT_GPUS', 'unset')!r}); run it where they are, or give the model gpus: 0")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -72,7 +74,6 @@ def launch_cell(cell, out_dir, gpus=0, threads=1, time_budget_seconds=None):
             declined=lambda reason: print(f"[launch] no warm trainer ({reason}); starting a new process", flush=True))
         if code is not None:
             return code
-    scheduler_assigns_gpus = "SLURM_JOB_ID" in os.environ
     slots = gpu_slots(gpus) if gpus > 0 and not scheduler_assigns_gpus else nullcontext(None)
     with slots as devices:
         if devices is not None:

@@ -11,6 +11,7 @@ seconds before killing them: the default here (``SHUTDOWN_GRACE_SECONDS``) is lo
 plus the save of a GPT-2 Large checkpoint (about 9 GB), where torchrun's own is 30 s.
 """
 
+import os
 import sys
 
 SHUTDOWN_GRACE_SECONDS = 600
@@ -25,8 +26,18 @@ def stop_code(exit_codes):
     return stops.pop() if len(stops) == 1 and not errors else 1
 
 
-def with_grace(argv):
-    if any(a.split("=")[0] in ("--shutdown-timeout", "--shutdown_timeout") for a in argv):
+def with_grace(argv, supported=True, environ=None):
+    """argv with SHUTDOWN_GRACE_SECONDS as torchrun's shutdown timeout, unless one is given already (flag or
+    environment), or this torch's torchrun has no such option (older ones: a fixed 30 s, said in a warning)."""
+    environ = os.environ if environ is None else environ
+    given = any(a.split("=")[0] in ("--shutdown-timeout", "--shutdown_timeout") for a in argv) or \
+        {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "PET_SHUTDOWN_TIMEOUT"} & set(environ)
+    if given:
+        return list(argv)
+    if not supported:
+        print(f"[torchrun] warning: this torch's torchrun kills ranks 30 s after a signal (no --shutdown-timeout); "
+              "a checkpoint that takes longer to save is lost: a torch whose torchrun has it (2.13 does) gives "
+              f"the {SHUTDOWN_GRACE_SECONDS} s grace", file=sys.stderr, flush=True)
         return list(argv)
     return ["--shutdown-timeout", str(SHUTDOWN_GRACE_SECONDS), *argv]
 
@@ -34,10 +45,11 @@ def with_grace(argv):
 def main(argv=None):
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.run import parse_args, run
+    from torch.distributed.run import get_args_parser, parse_args, run
 
+    supported = "--shutdown-timeout" in get_args_parser()._option_string_actions
     try:
-        run(parse_args(with_grace(sys.argv[1:] if argv is None else argv)))
+        run(parse_args(with_grace(sys.argv[1:] if argv is None else argv, supported)))
     except ChildFailedError as err:
         codes = [failure.exitcode for failure in err.failures.values()]
         code = stop_code(codes)

@@ -212,10 +212,13 @@ class Run:
                 "eval_seconds": 0.0, "checkpoint_seconds": 0.0}
         if not self.ckpt_path.exists():
             return 0, loop, {}
-        ckpt = checkpoint.load(self.ckpt_path, self.cfg, self.fingerprints)
+        # CPU runs load a copy: their optimizer state would otherwise stay views into the mapped file
+        ckpt = checkpoint.load(self.ckpt_path, self.cfg, self.fingerprints, mmap=self.device.type == "cuda")
         self.model.load_state_dict(ckpt["model"])
         self.optimizer.load_state_dict(ckpt["optimizer"])
         checkpoint.set_rng_state(ckpt["rng"], self.device)
+        if "timed_steps" not in ckpt["loop"]:   # a checkpoint from before training time excluded start-up
+            ckpt["loop"]["train_seconds"] = 0.0
         return ckpt["step"], {**loop, **ckpt["loop"]}, ckpt["logs"]
 
     def run(self):
@@ -244,21 +247,21 @@ class Run:
                 self.start_clock(loop, done)
             if self.master and (done % cfg.mal_every == 0 or done == cfg.steps):
                 self.window_start += self.probe(done, loop)   # at this very step, whatever log_every
-            stop, out_of_time, checkpoint_due = self.flags()   # every step, agreed by every rank
+            stop_code, out_of_time, checkpoint_due = self.flags()   # every step, agreed by every rank
             out_of_time = out_of_time and done < cfg.steps   # at the last step, finishing is cheaper
             checkpoint_now = (done % cfg.checkpoint_every == 0 or checkpoint_due) and done < cfg.steps
-            if not (evaluate_now or checkpoint_now or stop or out_of_time or done % cfg.log_every == 0
+            if not (evaluate_now or checkpoint_now or stop_code or out_of_time or done % cfg.log_every == 0
                     or done == cfg.steps):
                 continue   # no host synchronisation with the GPU between log points
             reason = self.flush(pending, loop, divergence, evaluate_now)
             pending = []
             if reason:
                 break
-            if stop or out_of_time or checkpoint_now:
+            if stop_code or out_of_time or checkpoint_now:
                 self.save_checkpoint(done, loop)
-            if stop:
+            if stop_code:
                 self.log(f"stopped by signal after step {done}; checkpoint saved, rerun to resume")
-                raise Stop(EXIT_CODES.get(self.stop_signal, 143))
+                raise Stop(stop_code)
             if out_of_time:
                 self.log(f"time budget of this job reached after step {done}; checkpoint saved: the next job "
                          "resumes from it")
@@ -311,11 +314,14 @@ class Run:
         loop["checkpoint_seconds"] += self.last_checkpoint - t0
 
     def flags(self):
-        """(stop signal, past this job's time budget, a time-based checkpoint due), the same on every rank."""
+        """(exit code of a signal that stops the run, or 0; past this job's time budget; a time-based checkpoint
+        due), the same on every rank: the largest code when ranks were given different signals."""
         now = time.perf_counter()
-        return self.agreement.any([
-            self.stop_signal is not None, self.deadline is not None and time.time() > self.deadline,
+        code, out_of_time, due = self.agreement.max([
+            EXIT_CODES.get(self.stop_signal, 143) if self.stop_signal is not None else 0,
+            self.deadline is not None and time.time() > self.deadline,
             bool(self.cfg.checkpoint_every_minutes) and now - self.last_checkpoint > 60 * self.cfg.checkpoint_every_minutes])
+        return int(code), bool(out_of_time), bool(due)
 
     def record(self, step, loop, lr, train_loss, grad_norm, step_seconds, evaluate):
         cfg = self.cfg
@@ -441,12 +447,19 @@ def train(cfg: CellConfig, out_dir, stop_at=None):
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     lock = RunLock(out_dir).acquire() if int(os.environ.get("RANK", "0")) == 0 else None
+    ended_together = False   # every rank got here: destroying the process group does not wait on a failed rank
     try:
         if (out_dir / "summary.json").exists():
-            return already_complete(cfg, out_dir)
-        return Run(cfg, out_dir, stop_at).run()
+            summary = already_complete(cfg, out_dir)
+        else:
+            summary = Run(cfg, out_dir, stop_at).run()
+        ended_together = True
+        return summary
+    except Stop:
+        ended_together = True
+        raise
     finally:
-        if dist.is_initialized():
+        if ended_together and dist.is_initialized():
             dist.destroy_process_group()
         if lock:
             lock.release()

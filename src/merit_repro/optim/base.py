@@ -48,6 +48,9 @@ class TrustRatioOptimizer(Optimizer):
         for group in self.param_groups:
             for key, value in self.defaults.items():
                 group.setdefault(key, value)
+        for param, param_state in self.state.items():   # load_state_dict leaves step where it was saved (CPU)
+            if "step" in param_state:
+                param_state["step"] = param_state["step"].to(param.device, torch.float32, copy=True)
 
     def make_ratio(self, group):
         raise NotImplementedError
