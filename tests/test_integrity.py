@@ -14,7 +14,7 @@ import time
 import pytest
 import yaml
 
-from merit_repro import configfiles, data, integrity, train
+from merit_repro import configfiles, data, integrity, memory, train
 from merit_repro.cell import CellConfig
 from merit_repro.utils import UserError, atomic_write_bytes
 from test_train import TINY, cell_file, in_process_run, launch, run_cli, warm_dir  # noqa: F401 (a fixture)
