@@ -1,7 +1,9 @@
 # MERIT reproduction: every validation-loss table and MAL plot of the paper, from one command.
 #   snakemake --cores 2                                  # demo scale (config/config.yaml), CPU
 #   snakemake --cores all --configfile config/paper.yaml # the paper's grid, on GPUs
-# Stages: workflow/rules/{common,data,train,report}.smk; training is `python -m merit_repro.train`.
+#   snakemake --cores 1 bundle                           # results/bundle/<config>.tar.gz: what the report reads
+#   snakemake --cores 1 --config bundle=PATH             # the report rebuilt from a bundle, nothing trained
+# Stages: workflow/rules/{common,data,train,report,bundle}.smk; training is `python -m merit_repro.train`.
 
 from snakemake.utils import min_version
 
@@ -20,9 +22,16 @@ report: "workflow/report/workflow.rst"
 
 
 include: "workflow/rules/common.smk"
-include: "workflow/rules/data.smk"
-include: "workflow/rules/train.smk"
+
+
+if not BUNDLE:  # from a bundle (--config bundle=PATH), its runs stand in for data, training and tuning
+
+    include: "workflow/rules/data.smk"
+    include: "workflow/rules/train.smk"
+
+
 include: "workflow/rules/report.smk"
+include: "workflow/rules/bundle.smk"
 
 
 rule all:

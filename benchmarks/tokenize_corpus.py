@@ -23,7 +23,7 @@ from merit_repro.tokenizers import get_tokenizer
 
 
 def ours(texts, tokenizer, num_proc, out):
-    n, _ = _write_split(out / "ours.bin", lambda: iter([texts]), tokenizer, len(texts), num_proc)
+    n, _, _ = _write_split(out / "ours.bin", lambda: iter([texts]), tokenizer, len(texts), num_proc)
     return n
 
 

@@ -32,6 +32,8 @@ UNIT = ["tests/test_optim.py", "tests/test_model.py", "tests/test_tuning.py", "t
 TRAIN = UNIT + ["tests/test_train.py"]
 ALL = TRAIN + ["tests/test_bad_input.py", "tests/test_workflow.py"]
 INTEGRITY = ["tests/test_integrity.py"]
+BUNDLE = ["tests/test_bundle.py"]
+LLAMA = ["tests/test_llama.py"]
 
 
 @dataclass
@@ -62,10 +64,10 @@ MUTATIONS = [
     M("merit_floor", "MERIT's weight-wise floor dropped", "src/merit_repro/optim/trust_ratio.py",
       [("        if self.weight_floor:  # max(max(r, c), b) == max(max(r, b), c)", "        if False:")], UNIT),
     M("row_col", "rows and columns swapped in MERIT's ratios", "src/merit_repro/optim/trust_ratio.py",
-      [("torch.amax(x_abs, dim=1, out=getattr(self, row_max)[rows])", "torch.amax(x_abs, dim=0, out=getattr(self, row_max)[rows])")],
+      [("            return (1,), (0,)", "            return (0,), (1,)")],
       UNIT),
     M("zero_guard", "zero guard gives ratio 0 instead of 1", "src/merit_repro/optim/trust_ratio.py",
-      [("return s.nan_to_num_(nan=1.0, posinf=math.inf, neginf=-math.inf)", "return s.nan_to_num_(nan=0.0, posinf=math.inf, neginf=-math.inf)")],
+      [("return x.nan_to_num_(nan=1.0, posinf=math.inf, neginf=-math.inf)", "return x.nan_to_num_(nan=0.0, posinf=math.inf, neginf=-math.inf)")],
       UNIT),
     M("lamb_cap", "LAMB's ||w|| cap ignored", "src/merit_repro/optim/trust_ratio.py",
       [("        if self.max_weight_norm is not None:\n            w_norm = w_norm.clamp(max=self.max_weight_norm)", "        pass")],
@@ -192,6 +194,21 @@ MUTATIONS = [
       [("        os.fchmod(fd, 0o666 & ~current_umask())\n", "")], INTEGRITY),
     M("warm_limits_ignored", "the warm trainer keeps the server's umask and limits", "src/merit_repro/warmstart.py",
       [("    declined = adopt_limits(request)", "    declined = None")], INTEGRITY),
+    # -- the Llama family
+    M("mal_before_rope", "Llama's MAL probe reads q and k before the rotation", "src/merit_repro/llama.py",
+      [("        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)\n        if mal is not None:   # after RoPE: the probe sees the logits the softmax sees\n            mal.append(max_attention_logit(q, k))\n",
+        "        if mal is not None:\n            mal.append(max_attention_logit(q, k))\n        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)\n")],
+      LLAMA),
+    M("rope_sign", "RoPE rotates the wrong way (rotate_half's sign flipped)", "src/merit_repro/llama.py",
+      [("    return torch.cat((-x2, x1), dim=-1)", "    return torch.cat((x2, -x1), dim=-1)")], LLAMA),
+    # -- results bundles: what a rebuilt report is made from
+    M("bundle_no_hash", "a bundle's files not checked against their manifest", "src/merit_repro/bundle.py",
+      [("if len(got) != want.get(\"size\") or sha256(got) != want.get(\"sha256\"):", "if len(got) != want.get(\"size\"):")],
+      BUNDLE),
+    M("bundle_overwrites", "unpacking overwrites a local file with other content", "src/merit_repro/bundle.py",
+      [("    if clashes:\n", "    if False:\n")], BUNDLE),
+    M("bundle_config_ignored", "a bundle made with another config rebuilds the report", "src/merit_repro/bundle.py",
+      [("    if differences:\n", "    if False:\n")], BUNDLE),
 ]
 
 

@@ -64,7 +64,10 @@ def test_the_paper_plan_on_slurm_asks_for_no_job_longer_than_the_limit(tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     runtimes = [int(m) for m in re.findall(r"runtime=(\d+)", r.stdout + r.stderr)]
     trains = len(re.findall(r"rule train:", r.stdout + r.stderr))
-    assert trains >= 190 and len(runtimes) >= trains   # the paper plan: 196 configured cells before tuning
+    assert trains >= 240 and len(runtimes) >= trains   # the paper plan: 241 configured cells before tuning
+    for size in ("llama-100m", "llama-250m", "llama-350m"):   # the Llama / C4 table: 3 optimizers x 5 LRs a size
+        assert len(re.findall(rf"wildcards: model={size}, tokens=[0-9.e]+, optimizer=", r.stdout + r.stderr)) == 15
+    assert "wildcards: dataset=c4-t5" in r.stdout + r.stderr
     assert max(runtimes) == 1440   # the 48B-token cells (about 79 hours at this rate) are capped and chain
     budgets = [float(m) for m in re.findall(r"time_budget_s=([0-9.]+)", r.stdout + r.stderr)]
     assert budgets and max(budgets) == 1440 * 60

@@ -329,3 +329,24 @@ def test_the_papers_model_on_a_smaller_budget_keeps_the_papers_numbers_apart(tmp
                for d in verdicts[0]["differences"])
     readme = (figures / "README.md").read_text()
     assert "small is the paper's own model trained on another token budget" in readme
+
+
+def test_llama_c4_statements_beside_the_rebuttals_table(tmp_path):
+    """The rebuttal's Llama / C4 table prints no batch size: our large batch's results stand beside its numbers,
+    and MERIT < LAMB < AdamW is tested over the three sizes together, each pair its own statement."""
+    sizes = ("llama-100m", "llama-250m", "llama-350m")
+    config = demo_config(llama={"models": list(sizes), "tokens": 65536, "optimizers": ["adamw", "lamb", "merit"],
+                                "batch_sizes": [64], "lr_grid": GRID, "artifacts": ["llama_c4"]})
+    config["models"].update({m: {"model": m, "data": "d", "paper_model": m} for m in sizes})
+    base = {(m, o): {64: level + 0.1 * i} for i, m in enumerate(sizes)
+            for o, level in (("adamw", 3.10), ("lamb", 3.05), ("merit", 3.00))}
+    v, _ = verdict(tmp_path, config, landscape({**base, "adamw": {}}), "llama_c4", "llama")
+    for pair in ("MERIT vs AdamW", "LAMB vs AdamW", "MERIT vs LAMB"):
+        assert result(v, pair) == "held", reasons(v, pair)
+    assert "paper: MERIT 3.199 vs AdamW 3.277" in reasons(v, "MERIT vs AdamW")
+    table = pd.read_csv(tmp_path / "paper_figures" / "llama_c4" / "llama.csv")
+    assert table.set_index("model").loc["llama-100m", "merit (paper)"] == 3.199
+    assert table.set_index("model").loc["llama-350m", "adamw (paper)"] == 3.014
+    base[("llama-250m", "lamb")] = {64: 3.40}                      # LAMB above AdamW at one size
+    v, _ = verdict(tmp_path / "b", config, landscape({**base, "adamw": {}}), "llama_c4", "llama")
+    assert result(v, "LAMB vs AdamW") == "did not hold" and result(v, "MERIT vs AdamW") == "held"

@@ -87,6 +87,15 @@ def test_nothing_to_do_after_a_complete_run(finished):
     assert r.returncode == 0 and "Nothing to be done" in r.stdout + r.stderr
 
 
+def test_switching_tracking_on_plans_no_retraining(finished, tmp_path):
+    config = yaml.safe_load(TINY.read_text())
+    config["tracking"] = {"backend": "tensorboard", "project": "p"}
+    tracked = tmp_path / "tracked.yaml"
+    tracked.write_text(dump_config(config))
+    r = snakemake(finished, "-n", config=tracked)
+    assert r.returncode == 0 and "Nothing to be done" in r.stdout + r.stderr, (r.stdout + r.stderr)[-2000:]
+
+
 def test_a_run_file_cut_short_stops_the_report(finished, tmp_path):
     """Half of a finished cell's mal.csv gone: the collect step names the run and how to retrain it, exits
     non-zero, and no table is made from it (the peak MAL used to change silently)."""
@@ -121,6 +130,64 @@ def test_changing_a_figure_setting_reruns_only_artifact_rules(finished, tmp_path
     assert r.returncode == 0, r.stderr[-2000:]
     counts = job_counts(r.stdout + r.stderr)
     assert set(counts) == {"artifact", "figures_readme", "all"}, counts
+
+
+def test_a_bundle_rebuilds_the_report_without_training(finished, tmp_path):
+    """`snakemake bundle` on a finished run, twice: the same bytes. On a fresh copy of the workflow,
+    --config bundle=PATH plans no data, training or tuning job, and remakes byte-identical tables and claims;
+    the bundle's runs get their own folder, and the local results tree is left alone."""
+    origin = tmp_path / "origin"
+    shutil.copytree(finished, origin, symlinks=True)
+    r = snakemake(origin, "bundle")
+    assert r.returncode == 0, r.stderr[-3000:]
+    path = origin / "results" / "bundle" / "workflow_config.tar.gz"
+    first = path.read_bytes()
+    r = snakemake(origin, "bundle", "--forcerun", "bundle")
+    assert r.returncode == 0 and path.read_bytes() == first, r.stderr[-3000:]
+    fresh = copy_workflow(tmp_path / "fresh")
+    r = snakemake(fresh, "-n", "--config", f"bundle={path}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert set(job_counts(r.stdout)) == {"unpack_bundle", "collect_runs", "select_best_lr", "artifact",
+                                         "figures_readme", "all"}, r.stdout[-3000:]
+    r = snakemake(fresh, "--config", f"bundle={path}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    (rebuilt,) = (fresh / "results" / "from_bundle").iterdir()
+    assert rebuilt.name.startswith("workflow_config-") and not (fresh / "results" / "runs").exists()
+    for name in ("runs.csv", "cells.csv", "best_lr.csv"):
+        assert (rebuilt / "tables" / name).read_bytes() == (origin / "results" / "tables" / name).read_bytes(), name
+        assert (rebuilt / "origin" / "tables" / name).read_bytes() == (rebuilt / "tables" / name).read_bytes()
+    assert (fresh / "paper_figures/claims.csv").read_bytes() == (origin / "paper_figures/claims.csv").read_bytes()
+    for artifact, name in [("val_loss_vs_batch", "sweep"), ("mal_tables", "sweep")]:
+        table = f"paper_figures/{artifact}/{name}.csv"
+        assert (fresh / table).read_bytes() == (origin / table).read_bytes(), table
+
+
+def test_a_tampered_or_foreign_bundle_is_refused_before_any_job(finished, tmp_path):
+    from merit_repro import bundle
+
+    origin = tmp_path / "origin"
+    shutil.copytree(finished, origin, symlinks=True)
+    assert snakemake(origin, "bundle").returncode == 0
+    path = origin / "results" / "bundle" / "workflow_config.tar.gz"
+    tampered = tmp_path / "tampered.tar.gz"
+    manifest, files = bundle.read(path)
+    files[bundle.MANIFEST] = json.dumps(manifest).encode()
+    files["runs/T/4096/merit/bs8/lr5e-3/seed0/eval.json"] = b'{"val_loss": 1.0}'
+    bundle.write_tar(tampered, files)
+    fresh = copy_workflow(tmp_path / "fresh")
+    r = snakemake(fresh, "-n", "--config", f"bundle={tampered}")
+    out = r.stdout + r.stderr
+    assert r.returncode != 0 and "runs/T/4096/merit/bs8/lr5e-3/seed0/eval.json does not match its manifest" in out, \
+        out[-2000:]
+    config = yaml.safe_load(TINY.read_text())
+    config["seeds"] = [0, 1]
+    other = tmp_path / "other.yaml"
+    other.write_text(dump_config(config))
+    r = snakemake(fresh, "-n", "--config", f"bundle={path}", config=other)
+    out = r.stdout + r.stderr
+    assert r.returncode != 0 and "another config than the one asked for: seeds is [0] there, [0, 1] here" in out, \
+        out[-2000:]
+    assert not (fresh / "results").exists()
 
 
 BAD_CONFIGS = [

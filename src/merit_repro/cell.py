@@ -17,8 +17,10 @@ from .optim import OPTIMIZERS
 
 
 # Keys that choose resources, not results: a run may resume under different values of these.
+# Settings that change how or where a cell runs, not its result. Where a corpus lies (data_dir, lambada_dir) is
+# not what it is: its fingerprint is checked instead, so a results tree moved or rebuilt from a bundle still counts.
 RESOURCE_KEYS = {"micro_batch_size", "device", "compile", "checkpoint_every", "checkpoint_every_minutes", "log_every",
-                 "keep_checkpoint", "save_model", "peak_flops", "lambada_dir"}
+                 "keep_checkpoint", "save_model", "peak_flops", "data_dir", "lambada_dir"}
 MAX_BATCH_SIZE = 2**24   # sequences in one global batch: far above the paper's 6144, far below a hang
 
 

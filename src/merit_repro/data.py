@@ -2,6 +2,7 @@
 
     python -m merit_repro.data prepare --dataset shakespeare --tokenizer bytes --out results/data/shakespeare-bytes
     python -m merit_repro.data prepare --dataset openwebtext --tokenizer gpt2 --out results/data/owt-gpt2 --num-proc 16
+    python -m merit_repro.data prepare --dataset c4 --tokenizer t5 --out results/data/c4-t5 --max-train-tokens 100000000
     python -m merit_repro.data prepare --dataset lambada --tokenizer gpt2 --out results/data/lambada-gpt2
     python -m merit_repro.data verify results/data/owt-gpt2
 
@@ -23,7 +24,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .corpora import OWT_TRAIN_TOKENS, OWT_VAL_TOKENS, Corpus, lambada_texts, load_corpus, source_fingerprint
+from .corpora import (C4_VAL_TOKENS, OWT_TRAIN_TOKENS, OWT_VAL_TOKENS, Corpus, lambada_texts, load_corpus,
+                      source_fingerprint)
 from .tokenizers import get_tokenizer, token_dtype
 from .utils import UserError, atomic_write_json, cli, library_versions, named_error, read_json
 
@@ -41,13 +43,17 @@ class DataError(UserError):
 def requested(spec):
     """The request a workflow config's data entry makes (what meta.json records), with prepare's defaults."""
     return _request(spec["dataset"], spec["tokenizer"], spec.get("max_train_tokens"), spec.get("val_fraction", 0.1),
-                    spec.get("seed", 2357), spec.get("revision"))
+                    spec.get("seed", 2357), spec.get("revision"), spec.get("max_val_tokens"))
 
 
-def _request(dataset, tokenizer, max_train_tokens, val_fraction, seed, revision=None):
+def _request(dataset, tokenizer, max_train_tokens, val_fraction, seed, revision=None, max_val_tokens=None):
+    """What a preparation is asked for; its max_*_tokens are the caps prepare applies (C4's val: 10M by default)."""
     request = {"dataset": dataset, "tokenizer": tokenizer, "max_train_tokens": max_train_tokens}
-    if dataset not in ("openwebtext",) and not dataset.startswith("lambada"):
+    if dataset not in ("openwebtext", "c4") and not dataset.startswith("lambada"):
         request.update(val_fraction=val_fraction, seed=seed)
+    max_val_tokens = max_val_tokens or (C4_VAL_TOKENS if dataset == "c4" else None)
+    if max_val_tokens:
+        request["max_val_tokens"] = max_val_tokens
     if revision:
         request["revision"] = revision
     return request
@@ -106,22 +112,23 @@ def _check_disk(out_dir, corpus, tokenizer, max_train_tokens):
 
 
 def _write_split(path, batches, tokenizer, n_docs, num_proc, max_tokens=None, desc=""):
-    """Stream documents through the tokenizer into path (EOT after each); returns (tokens, sha256)."""
+    """Stream documents through the tokenizer into path (EOT after each), the first ones in order up to exactly
+    max_tokens (the last one cut); returns (tokens, documents written, sha256)."""
     dtype = token_dtype(tokenizer.vocab_size)
     tmp = path.with_name(f".{path.name}.tmp")
     try:
-        n_tokens, sha = _stream_tokens(tmp, batches, tokenizer, dtype, n_docs, num_proc, max_tokens, desc)
+        written = _stream_tokens(tmp, batches, tokenizer, dtype, n_docs, num_proc, max_tokens, desc)
         os.replace(tmp, path)
     except BaseException as err:   # a full disk, an interrupt: no temporary file is left behind
         tmp.unlink(missing_ok=True)
         raise named_error(err, path)
-    return n_tokens, sha
+    return written
 
 
 def _stream_tokens(tmp, batches, tokenizer, dtype, n_docs, num_proc, max_tokens, desc):
     from tqdm import tqdm
 
-    digest, n_tokens = hashlib.sha256(), 0
+    digest, n_tokens, docs = hashlib.sha256(), 0, 0
     with open(tmp, "wb") as f, tqdm(total=n_docs, unit="doc", desc=desc, disable=None, mininterval=2) as bar:
         for texts in batches():
             for ids in tokenizer.encode_ordinary_batch(texts, num_threads=num_proc):
@@ -132,6 +139,7 @@ def _stream_tokens(tmp, batches, tokenizer, dtype, n_docs, num_proc, max_tokens,
                 f.write(chunk)
                 digest.update(chunk)
                 n_tokens += len(ids)
+                docs += 1
                 if max_tokens is not None and n_tokens >= max_tokens:
                     break
             bar.update(len(texts))
@@ -140,19 +148,23 @@ def _stream_tokens(tmp, batches, tokenizer, dtype, n_docs, num_proc, max_tokens,
                 break
         f.flush()
         os.fsync(f.fileno())
-    return n_tokens, digest.hexdigest()
+    return n_tokens, docs, digest.hexdigest()
 
 
-def prepare(dataset, tokenizer_name, out_dir, *, tokenizer_file=None, max_train_tokens=None,
+def prepare(dataset, tokenizer_name, out_dir, *, tokenizer_file=None, max_train_tokens=None, max_val_tokens=None,
             val_fraction=0.1, seed=2357, num_proc=None, hf_path=None, revision=None, force=False, token_check=True):
     """Tokenize a corpus into out_dir; a no-op when out_dir already holds the same preparation."""
     out_dir = Path(out_dir)
     num_proc = num_proc or os.cpu_count() or 1
-    if max_train_tokens is not None and max_train_tokens < 1:
-        raise ValueError(f"max_train_tokens must be >= 1, got {max_train_tokens}")
+    for key, cap in (("max_train_tokens", max_train_tokens), ("max_val_tokens", max_val_tokens)):
+        if cap is not None and cap < 1:
+            raise ValueError(f"{key} must be >= 1, got {cap}")
+    if dataset == "c4" and max_train_tokens is None:
+        raise ValueError("dataset c4 needs max_train_tokens (data.<name>.max_train_tokens, --max-train-tokens): "
+                         "its train split has 364,868,892 documents; prepare takes the first ones up to that cap")
     if not 0 < val_fraction < 1:
         raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
-    request = _request(dataset, tokenizer_name, max_train_tokens, val_fraction, seed, revision)
+    request = _request(dataset, tokenizer_name, max_train_tokens, val_fraction, seed, revision, max_val_tokens)
     source = source_fingerprint(dataset, hf_path, revision)
     out_dir.mkdir(parents=True, exist_ok=True)
     if _existing(out_dir, request, source, force):
@@ -165,11 +177,11 @@ def prepare(dataset, tokenizer_name, out_dir, *, tokenizer_file=None, max_train_
     _check_disk(out_dir, corpus, tokenizer, max_train_tokens)
     files = {}
     for split in SPLITS:
-        cap = max_train_tokens if split == "train" else None
-        n_tokens, sha = _write_split(out_dir / f"{split}.bin", corpus.splits[split], tokenizer,
-                                     corpus.n_docs[split], num_proc, cap, desc=f"{corpus.name} {split}")
-        files[split] = {"file": f"{split}.bin", "tokens": n_tokens, "sha256": sha, "documents": corpus.n_docs[split]}
-        print(f"[data] {split}: {n_tokens:,} tokens from {corpus.n_docs[split]:,} documents", flush=True)
+        n_tokens, docs, sha = _write_split(out_dir / f"{split}.bin", corpus.splits[split], tokenizer,
+                                           corpus.n_docs[split], num_proc, request.get(f"max_{split}_tokens"),
+                                           desc=f"{corpus.name} {split}")
+        files[split] = {"file": f"{split}.bin", "tokens": n_tokens, "sha256": sha, "documents": docs}
+        print(f"[data] {split}: {n_tokens:,} tokens from {docs:,} documents", flush=True)
     if token_check:   # before meta.json: a preparation that fails it is never taken as complete
         check_token_counts(dataset, tokenizer_name, files, max_train_tokens)
     if corpus.details.get("revision") is None and corpus.details.get("resolved_revision"):
@@ -331,15 +343,20 @@ def main(argv=None):
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("prepare", help="tokenize a corpus into DIR/{train,val}.bin + meta.json")
-    p.add_argument("--dataset", required=True, help="openwebtext | shakespeare | textfile:PATH | lambada[:PATH]")
-    p.add_argument("--tokenizer", required=True, help="gpt2 | bytes")
+    p.add_argument("--dataset", required=True, help="openwebtext | c4 | shakespeare | textfile:PATH | lambada[:PATH]")
+    p.add_argument("--tokenizer", required=True, help="gpt2 | bytes | t5")
     p.add_argument("--out", required=True, type=Path)
-    p.add_argument("--tokenizer-file", default=None, help="local gpt2.tiktoken (else $MERIT_GPT2_TIKTOKEN)")
-    p.add_argument("--max-train-tokens", type=int, default=None, help="cap on training tokens (single-GPU scale)")
+    p.add_argument("--tokenizer-file", default=None, help="gpt2: local gpt2.tiktoken (else $MERIT_GPT2_TIKTOKEN); "
+                   "t5: a tokenizer.json or a folder holding one (else a t5-base snapshot in the HuggingFace cache)")
+    p.add_argument("--max-train-tokens", type=int, default=None,
+                   help="cap on training tokens: the first documents up to exactly this many (required for c4)")
+    p.add_argument("--max-val-tokens", type=int, default=None, help=f"cap on validation tokens, the same way "
+                   f"(default: none; c4: {C4_VAL_TOKENS:,})")
     p.add_argument("--val-fraction", type=float, default=0.1, help="validation share of documents (not openwebtext)")
     p.add_argument("--seed", type=int, default=2357, help="split seed (not openwebtext: nanoGPT's 2357 is fixed)")
     p.add_argument("--num-proc", type=int, default=None, help="tokenizer threads / loader processes (default: all cores)")
-    p.add_argument("--hf-path", default=None, help="HuggingFace path of OpenWebText (default 'Skylion007/openwebtext')")
+    p.add_argument("--hf-path", default=None, help="HuggingFace path, or local folder, of OpenWebText or C4 "
+                   "(default 'Skylion007/openwebtext', 'allenai/c4')")
     p.add_argument("--revision", default=None, help="HuggingFace dataset revision (a commit) to pin the data to")
     p.add_argument("--no-token-check", action="store_true",
                    help="keep an OpenWebText preparation whose token counts differ from nanoGPT's")
@@ -349,9 +366,9 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.command == "prepare":
         prepare(args.dataset, args.tokenizer, args.out, tokenizer_file=args.tokenizer_file,
-                max_train_tokens=args.max_train_tokens, val_fraction=args.val_fraction, seed=args.seed,
-                num_proc=args.num_proc, hf_path=args.hf_path, revision=args.revision, force=args.force,
-                token_check=not args.no_token_check)
+                max_train_tokens=args.max_train_tokens, max_val_tokens=args.max_val_tokens,
+                val_fraction=args.val_fraction, seed=args.seed, num_proc=args.num_proc, hf_path=args.hf_path,
+                revision=args.revision, force=args.force, token_check=not args.no_token_check)
     else:
         meta = verify(args.data_dir, trust_marker=False)
         print(f"[data] {args.data_dir}: OK ({json.dumps({k: v.get('tokens') for k, v in meta.get('splits', {}).items()})})")

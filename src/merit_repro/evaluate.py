@@ -64,7 +64,7 @@ def lambada(model, lambada_dir, block_size, device, autocast=None):
 @cli
 def main(argv=None):
     from .cell import CellConfig
-    from .model import GPT, GPTConfig
+    from .model import build_model, config_from_dict
 
     parser = argparse.ArgumentParser(prog="python -m merit_repro.evaluate", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -79,7 +79,7 @@ def main(argv=None):
         raise UserError(f"{weights} not found; train the cell with save_model: true")
     summary = read_json(args.run / "summary.json")
     cfg = CellConfig.from_dict(summary["config"])
-    model = GPT(GPTConfig(**summary["model_config"])).to(args.device)
+    model = build_model(config_from_dict(summary["model_config"])).to(args.device)
     model.load_state_dict(torch.load(weights, map_location=args.device, weights_only=True))
     meta = verify(cfg.data_dir, tokenizer=cfg.tokenizer)
     total, count = validation_loss(model, cfg.data_dir, meta, cfg.block_size, cfg.eval_tokens, args.batch_size,

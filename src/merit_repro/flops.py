@@ -27,11 +27,11 @@ def _model_flops(shape_json):
     # torch only when a model is counted: grid imports this module, and grid itself imports without torch
     import torch
 
-    from .model import GPT, GPTConfig
+    from .model import build_config, build_model
 
     shape = json.loads(shape_json)
     overrides = {k: shape[k] for k in ("n_layer", "n_head", "n_embd") if shape.get(k)}
     with torch.device("meta"):
-        model = GPT(GPTConfig.named(shape["model"], block_size=shape["block_size"], vocab_size=shape["vocab_size"],
-                                    qk_norm=bool(shape.get("qk_norm")), **overrides))
+        model = build_model(build_config(shape["model"], block_size=shape["block_size"], vocab_size=shape["vocab_size"],
+                                         qk_norm=bool(shape.get("qk_norm")), **overrides))
     return model.flops_per_token(), model.num_params()

@@ -54,7 +54,7 @@ import torch
 import yaml
 
 from .hardware import mfu, peak_flops
-from .model import GPT, GPTConfig
+from .model import GPTConfig, build_model
 from .optim import build, fastest_on, param_groups
 from .utils import cli
 
@@ -124,10 +124,10 @@ def device_name(device):
 
 
 def new_model(config, device, seed=0):
-    """A GPT initialised on the device itself (GPT-2 Large's init on the CPU alone takes seconds)."""
+    """The config's model initialised on the device itself (GPT-2 Large's init on the CPU alone takes seconds)."""
     torch.manual_seed(seed)
     with torch.device(device):
-        return GPT(config)
+        return build_model(config)
 
 
 def random_batch(config, batch, device, seed):

@@ -16,7 +16,7 @@ from . import flops
 from .tuning import canonical
 
 ARTIFACTS = ("val_loss_vs_batch", "lambada_ppl_vs_batch", "headline", "steps_to_target", "lr_sensitivity",
-             "mal_vs_step", "mal_tables", "loss_curves", "ablation", "qknorm")
+             "mal_vs_step", "mal_tables", "loss_curves", "ablation", "qknorm", "llama_c4")
 COORDINATES = ("model", "tokens", "optimizer", "batch_size", "lr", "seed", "data_dir", "tokenizer", "lambada_dir")
 MODEL_ONLY_KEYS = ("data", "paper_model", "gpus")
 

@@ -3,6 +3,10 @@
 Pre-LayerNorm blocks, GELU MLP, learned positions, lm_head tied to the token embedding,
 bias=False, dropout 0, vocabulary padded to a multiple of 64. Additions for this paper:
 optional QK-LayerNorm (Figure 6b) and the max-attention-logit (MAL) probe.
+
+``LanguageModel`` is what the trainer, evaluator and MAL probe use of a model, shared with the Llama family
+(llama.py); ``build_config``/``build_model`` make either from a named size (sizes.MODEL_SIZES) or a saved
+``config_dict()``.
 """
 
 import math
@@ -24,17 +28,20 @@ class GPTConfig:
     n_embd: int = 768
     qk_norm: bool = False
     bias: bool = False
+    family: str = "gpt2"
 
     @classmethod
     def named(cls, name, **overrides):
-        if name not in MODEL_SIZES:
-            raise ValueError(f"Unknown model {name!r}; known models: {', '.join(MODEL_SIZES)} "
-                             "(or give n_layer/n_head/n_embd in the config)")
-        return cls(**{**MODEL_SIZES[name], **overrides})
+        config = build_config(name, **overrides)
+        if not isinstance(config, cls):
+            raise ValueError(f"{name!r} is a {config.family} model, not GPT-2; build it with model.build_config")
+        return config
 
     def __post_init__(self):
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
+        if self.family != "gpt2":
+            raise ValueError(f"GPTConfig is the gpt2 family, not {self.family!r}")
 
 
 class LayerNorm(nn.Module):
@@ -57,6 +64,60 @@ def max_attention_logit(q, k):
         t = q.size(-2)
         causal = torch.ones(t, t, dtype=torch.bool, device=q.device).tril()
         return logits.masked_fill(~causal, -math.inf).amax(dim=(-2, -1))
+
+
+def init_weights(module):
+    """normal(0, 0.02) for every Linear and Embedding, zero biases (GPT-2's and HF Llama's initializer_range)."""
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(module.weight, mean=0.0, std=0.02)
+    if isinstance(module, nn.Linear) and module.bias is not None:
+        nn.init.zeros_(module.bias)
+
+
+class LanguageModel(nn.Module):
+    """What the trainer, evaluator and MAL probe use of a model, beyond forward(idx, targets=None, mal=None)
+    -> (logits, loss). A subclass has ``config`` (n_layer, n_head, n_embd, block_size), ``qk_weights()`` and
+    ``lookup_tables()``."""
+
+    def qk_weights(self):
+        """(W_q, W_k), each (n_layer, n_embd, n_embd): the rows producing head h are h*d..(h+1)*d."""
+        raise NotImplementedError
+
+    def lookup_tables(self):
+        """The embedding tables only looked up, never multiplied: num_params(non_embedding=True) drops them."""
+        raise NotImplementedError
+
+    def output(self, x, targets=None):
+        """(logits, mean cross-entropy or None) from the final normalised hidden states."""
+        logits = self.lm_head(x)
+        if targets is None:
+            return logits, None
+        return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+    def num_params(self, non_embedding=False):
+        """Parameters counted once (tied weights once); non_embedding drops the lookup-only tables."""
+        n = sum(p.numel() for p in self.parameters())
+        return n - sum(t.numel() for t in self.lookup_tables()) if non_embedding else n
+
+    @torch.no_grad()
+    def probe_attention(self, idx):
+        """The MAL probe on a fixed batch: (n_layer, n_head) max attention logits (max over the batch), and per
+        layer and head ‖W_q‖_max and ‖W_k‖_max (the max-abs entry of the rows that produce that head's q and k)."""
+        mal = []
+        self(idx, mal=mal)
+        mal = torch.stack([m.amax(dim=0) for m in mal])
+        wq, wk = (w.detach().abs().view(w.size(0), self.config.n_head, -1).amax(dim=-1) for w in self.qk_weights())
+        return mal.float(), wq.float(), wk.float()
+
+    def flops_per_token(self, seq_len=None):
+        """Training FLOPs per token: 6N for the weights (N = num_params(non_embedding=True), the matmul weights
+        lm_head included) plus the attention scores 12·L·C·T (PaLM appendix B)."""
+        cfg = self.config
+        t = seq_len or cfg.block_size
+        return 6 * self.num_params(non_embedding=True) + 12 * cfg.n_layer * cfg.n_embd * t
+
+    def config_dict(self):
+        return asdict(self.config)   # with its family: config_from_dict rebuilds the right class
 
 
 class CausalSelfAttention(nn.Module):
@@ -105,7 +166,7 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x))
 
 
-class GPT(nn.Module):
+class GPT(LanguageModel):
     def __init__(self, config):
         super().__init__()
         self.config = config
@@ -117,23 +178,18 @@ class GPT(nn.Module):
         ))
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.transformer.wte.weight = self.lm_head.weight  # weight tying
-        self.apply(self._init_weights)
+        self.apply(init_weights)
         for name, p in self.named_parameters():  # GPT-2's scaled init of residual projections
             if name.endswith("c_proj.weight"):
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
 
-    def _init_weights(self, module):
-        if isinstance(module, nn.Linear):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+    def lookup_tables(self):
+        return [self.transformer.wpe.weight]   # the token table is also the (tied) lm_head: counted in 6N
 
-    def num_params(self, non_embedding=False):
-        """Parameters counted once (tied weights once); non_embedding drops the position table."""
-        n = sum(p.numel() for p in self.parameters())
-        return n - self.transformer.wpe.weight.numel() if non_embedding else n
+    def qk_weights(self):
+        w = torch.stack([blk.attn.c_attn.weight for blk in self.transformer.h])  # (L, 3C, C): q, k, v rows
+        C = self.config.n_embd
+        return w[:, :C], w[:, C:2 * C]
 
     def forward(self, idx, targets=None, mal=None):
         """Logits (and mean cross-entropy when targets are given). mal: list to receive (B, H) per layer."""
@@ -144,30 +200,33 @@ class GPT(nn.Module):
         x = self.transformer.wte(idx) + self.transformer.wpe(pos)
         for block in self.transformer.h:
             x = block(x, mal)
-        x = self.transformer.ln_f(x)
-        logits = self.lm_head(x)
-        if targets is None:
-            return logits, None
-        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
-        return logits, loss
+        return self.output(self.transformer.ln_f(x), targets)
 
-    @torch.no_grad()
-    def probe_attention(self, idx):
-        """The MAL probe on a fixed batch: (n_layer, n_head) max attention logits, and per layer and
-        head ‖W_q‖_max and ‖W_k‖_max (the rows of c_attn that produce that head's q and k)."""
-        mal = []
-        self(idx, mal=mal)
-        mal = torch.stack([m.amax(dim=0) for m in mal])
-        C, H = self.config.n_embd, self.config.n_head
-        w = torch.stack([blk.attn.c_attn.weight.detach() for blk in self.transformer.h])  # (L, 3C, C)
-        per_head = w.abs().view(len(self.transformer.h), 3, H, C // H * C).amax(dim=-1)
-        return mal.float(), per_head[:, 0].float(), per_head[:, 1].float()
 
-    def flops_per_token(self, seq_len=None):
-        """Training FLOPs per token: 6N for the weights plus the attention scores (PaLM appendix B)."""
-        cfg = self.config
-        t = seq_len or cfg.block_size
-        return 6 * self.num_params(non_embedding=True) + 12 * cfg.n_layer * cfg.n_embd * t
+# ---------------------------------------------------------------- by name or saved config
 
-    def config_dict(self):
-        return asdict(self.config)
+
+def config_from_dict(d):
+    """The config a ``config_dict()`` (or a named size's entry) describes; no family is GPT-2 (older summaries)."""
+    from .llama import LlamaConfig   # here: llama.py imports this module
+
+    families = {"gpt2": GPTConfig, "llama": LlamaConfig}
+    family = d.get("family", "gpt2")
+    if family not in families:
+        raise ValueError(f"Unknown model family {family!r}; known families: {', '.join(families)}")
+    return families[family](**d)
+
+
+def build_config(name, **overrides):
+    """The config of the named size (sizes.MODEL_SIZES), of its family's class, with overrides."""
+    if name not in MODEL_SIZES:
+        raise ValueError(f"Unknown model {name!r}; known models: {', '.join(MODEL_SIZES)} "
+                         "(or give n_layer/n_head/n_embd in the config)")
+    return config_from_dict({**MODEL_SIZES[name], **overrides})
+
+
+def build_model(config):
+    """A GPT or a Llama, by the config's family."""
+    from .llama import Llama
+
+    return Llama(config) if config.family == "llama" else GPT(config)

@@ -24,12 +24,14 @@ def mal_by_layer(mal):
     return mal.groupby("layer")["mal"].max()
 
 
-def summarise_run(run_dir, coords, mal_threshold):
+def summarise_run(run_dir, coords, mal_threshold, results=None):
+    """One row of runs.csv; its run_dir is relative to results (when given), so the table does not depend on
+    where the results tree lies (a rebuild from a bundle gives the same bytes)."""
     run_dir = Path(run_dir)
     summary = json.loads((run_dir / "summary.json").read_text())
     evaluation = json.loads((run_dir / "eval.json").read_text())
     mal = pd.read_csv(run_dir / "mal.csv")
-    row = dict(coords, run_dir=str(run_dir), status=summary["status"], final_val_loss=summary["final_val_loss"],
+    row = dict(coords, run_dir=str(run_dir.relative_to(results) if results else run_dir), status=summary["status"], final_val_loss=summary["final_val_loss"],
                best_val_loss=summary["best_val_loss"], steps=summary["steps"],
                lambada_ppl=evaluation.get("lambada_ppl"), lambada_acc=evaluation.get("lambada_acc"),
                loss_spikes=summary.get("loss_spikes"), tokens_per_s=summary["tokens_per_s"],
@@ -43,20 +45,20 @@ def summarise_run(run_dir, coords, mal_threshold):
     return row
 
 
-def collect_runs(runs, mal_threshold):
+def collect_runs(runs, mal_threshold, results=None):
     """runs: iterable of (run_dir, coordinates dict) -> one row per cell."""
-    rows = [summarise_run(run_dir, coords, mal_threshold) for run_dir, coords in runs]
+    rows = [summarise_run(run_dir, coords, mal_threshold, results) for run_dir, coords in runs]
     return pd.DataFrame(rows).reindex(columns=RUN_COLUMNS).sort_values(["model", "optimizer", "batch", "lr", "seed"])
 
 
 def runs_table(decisions, results, mal_threshold):
     """(runs, cells) from the tuned groups' decisions: one row per distinct cell (read from its run
-    directory under results/), and which cells each experiment trained."""
+    directory under results/, which its run_dir is relative to), and which cells each experiment trained."""
     from .grid import Cell
 
     cells = cells_table(decisions)
     distinct = cells[CELL].drop_duplicates().itertuples(index=False)
-    runs = collect_runs([(Cell(*c).path(results), c._asdict()) for c in distinct], mal_threshold)
+    runs = collect_runs([(Cell(*c).path(results), c._asdict()) for c in distinct], mal_threshold, results)
     return runs, cells
 
 

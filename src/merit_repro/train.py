@@ -33,14 +33,14 @@ import torch
 import torch.distributed as dist
 import yaml
 
-from . import checkpoint, data, integrity
+from . import checkpoint, data, integrity, tracking
 from .cell import CellConfig, load_cell_config, result_config
 from .distributed import HostAgreement, all_reduce, autocast_for, setup_device
 from .divergence import DivergenceRule, new_state
 from .evaluate import lambada, validation_loss
 from .hardware import mfu, peak_flops
 from .memory import fit_micro_batch
-from .model import GPT, GPTConfig, padded_vocab_size
+from .model import build_config, build_model, padded_vocab_size
 from .optim import build, fastest_on, param_groups
 from .runfiles import DIAGNOSTICS_COLUMNS, MAL_COLUMNS, METRICS_COLUMNS, CsvLog, RunLock, TextLog
 from .utils import UserError, atomic_torch_save, atomic_write_json, cli, describe_device, git_commit, library_versions
@@ -86,11 +86,11 @@ class Run:
                              f"x {self.world_size} devices; choose a micro_batch_size that divides {self.per_rank_batch}")
         self.autocast = autocast_for(cfg, self.device)
         torch.manual_seed(cfg.seed)
-        self.model_config = GPTConfig.named(
+        self.model_config = build_config(
             cfg.model, block_size=cfg.block_size, vocab_size=padded_vocab_size(self.meta["vocab_size"]),
             qk_norm=cfg.qk_norm,
             **{k: getattr(cfg, k) for k in ("n_layer", "n_head", "n_embd") if getattr(cfg, k) is not None})
-        self.model = GPT(self.model_config).to(self.device)
+        self.model = build_model(self.model_config).to(self.device)
         self.optimizer = build(cfg.optimizer, param_groups(self.model, cfg.weight_decay),
                                **fastest_on(self.device, cfg.optimizer, cfg.optimizer_kwargs()))
         self.flops_per_token = self.model.flops_per_token()
@@ -222,6 +222,14 @@ class Run:
         return ckpt["step"], {**loop, **ckpt["loop"]}, ckpt["logs"]
 
     def run(self):
+        """Train to the end (or to a stop, which raises Stop); the live tracker is closed either way."""
+        self.tracker = tracking.from_environment(self.out, self.cfg.to_dict()) if self.master else tracking.Tracker()
+        try:
+            return self.train_loop()
+        finally:
+            self.tracker.close()
+
+    def train_loop(self):
         cfg = self.cfg
         start_step, loop, texts = self.resume()
         if self.master:
@@ -350,14 +358,19 @@ class Run:
                 diag_rows, totals = self.optimizer_diagnostics(step)
                 row.update(totals)
                 if self.master:
-                    self.diagnostics.write(diag_rows)
+                    self.write("diagnostics", diag_rows)
         mal_rows = self.probes.pop(step, None)
         if mal_rows:
-            self.mal.write(mal_rows)
+            self.write("mal", mal_rows)
             message += f" | max MAL {max(r['mal'] for r in mal_rows):.1f}"
         if self.master:
-            self.metrics.write([row])
+            self.write("metrics", [row])
         self.log(message)
+
+    def write(self, kind, rows):
+        """Rows of one CSV log (rank 0), and the same rows to the live tracker."""
+        self.csv_logs[kind].write(rows)
+        self.tracker.log(kind, rows)
 
     def finish(self, status, reason, loop):
         cfg = self.cfg

@@ -15,7 +15,7 @@ os.environ.update(PYTHONPATH=os.pathsep.join([SRC, *filter(None, [os.environ.get
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from merit_repro import configfiles, grid
+from merit_repro import bundle, configfiles, grid, tracking
 from merit_repro.optim import OPTIMIZERS
 from merit_repro.utils import UserError
 
@@ -26,10 +26,24 @@ try:  # duplicate keys, aliases, templates: before anything reads the values; th
 except UserError as err:
     raise WorkflowError(str(err)) from None
 validate(config, SCHEMA)  # fills in the schema's defaults
+BUNDLE = config.get("bundle")  # rebuild the report from a results bundle: no data, training or tuning job
+try:  # refused before any job unless it verifies and was made with this config; its runs get their own folder
+    if BUNDLE:
+        bundle.check_for_rebuild(BUNDLE, config)
+        config["results"] = bundle.rebuild_folder(BUNDLE, config["results"])
+except UserError as err:
+    raise WorkflowError(str(err)) from None
 try:
     grid.validate(config)
 except ValueError as err:  # the key path and the fix, without a traceback
     raise WorkflowError(str(err)) from None
+try:  # a tracking backend that is not installed fails here, naming its package, not in every training job
+    tracking.check_available(config["tracking"]["backend"])
+except UserError as err:
+    raise WorkflowError(str(err)) from None
+# Live tracking reaches the trainers through their environment (merit_repro.tracking), never a cell's config or
+# a rule's params: switching it on or off retrains nothing.
+os.environ[tracking.ENV] = json.dumps(config["tracking"], sort_keys=True)
 
 PYTHON = sys.executable  # the interpreter running Snakemake, so jobs see the same packages
 ENV = "../../environment.yml"  # with --use-conda (sdm conda); relative to the rule files
@@ -40,6 +54,7 @@ CELL = "{model}/{tokens}/{optimizer}/bs{batch}/lr{lr}/seed{seed}"
 GROUP = "{experiment}/{model}/{optimizer}/bs{batch}"
 GROUPS = grid.all_groups(config)
 RUN_FILES = ["summary.json", "eval.json", "metrics.csv", "mal.csv", "diagnostics.csv"]
+BUNDLE_NAME = config.get("bundle_name") or (Path(workflow.configfiles[-1]).stem if workflow.configfiles else "results")
 MAX_TUNING_ROUNDS = 1000  # far above what any grid needs: each round adds at least one new cell
 
 
@@ -74,7 +89,7 @@ def prepare_args(dataset, out, threads):
     """The data CLI's arguments for one corpus, as a list: each is quoted for the shell, none is run by it."""
     spec = config["data"][dataset]
     args = ["--dataset", spec["dataset"], "--tokenizer", spec["tokenizer"], "--out", out, "--num-proc", str(threads)]
-    for key in ("max_train_tokens", "val_fraction", "seed", "tokenizer_file", "revision"):
+    for key in ("max_train_tokens", "max_val_tokens", "val_fraction", "seed", "tokenizer_file", "revision", "hf_path"):
         if spec.get(key) is not None:
             args += [f"--{key.replace('_', '-')}", str(spec[key])]
     return args

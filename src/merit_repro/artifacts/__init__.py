@@ -17,6 +17,7 @@ from .ablation import ablation
 from .context import Context
 from .headline import headline
 from .index import protocol, write_index
+from .llama_c4 import llama_c4
 from .loss_curves import loss_curves
 from .lr_sensitivity import lr_sensitivity
 from .mal_tables import mal_tables
@@ -26,13 +27,16 @@ from .steps_to_target import steps_to_target
 from .val_loss import lambada_ppl_vs_batch, val_loss_vs_batch
 
 ARTIFACT_FUNCTIONS = {f.__name__: f for f in (val_loss_vs_batch, lambada_ppl_vs_batch, headline, steps_to_target,
-                                               lr_sensitivity, mal_vs_step, mal_tables, loss_curves, ablation, qknorm)}
+                                               lr_sensitivity, mal_vs_step, mal_tables, loss_curves, ablation, qknorm,
+                                               llama_c4)}
 
 __all__ = ["ARTIFACT_FUNCTIONS", "load_context", "make", "write_index"]
 
 
 def load_context(experiment, config, runs_csv, cells_csv, best_csv, paper_csv):
     runs = pd.read_csv(runs_csv, dtype={"lr": str, "tokens": str})
+    results = Path(runs_csv).resolve().parents[1]   # runs.csv is results/tables/runs.csv; its run_dirs are under results/
+    runs["run_dir"] = [str(results / d) for d in runs.run_dir]
     cells = pd.read_csv(cells_csv, dtype={"lr": str, "tokens": str})
     best = pd.read_csv(best_csv, dtype={"lr": str, "tokens": str, "seeds": str})
     keys = ["model", "tokens", "optimizer", "batch", "lr", "seed"]

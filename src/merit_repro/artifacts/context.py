@@ -150,27 +150,31 @@ class Context:
 
     # -- statements and figures
 
-    def ordered(self, table, model, batch, a, b, paper_metric="val_loss"):
+    def ordered(self, paper, model, batch, a, b):
         """(subject, reference) of "a vs b" in the direction the paper prints at this setting: the one with
-        the paper's lower value first; a first where the paper prints no number for both."""
-        pa, pb = (self.paper_value(table, model, o, batch, paper_metric) for o in (a, b))
+        the paper's lower value first; a first where the paper prints no number for both.
+        paper(model, optimizer, batch) -> the paper's number or None."""
+        pa, pb = (paper(model, o, batch) for o in (a, b))
         return (b, a) if pa is not None and pb is not None and pb < pa else (a, b)
 
-    def pairwise(self, claim, table, metric, settings, paper_metric="val_loss", together=False):
+    def pairwise(self, claim, table, metric, settings, paper_metric="val_loss", together=False, paper=None):
         """The paper's three pairwise statements (MERIT vs AdamW, LAMB vs AdamW, MERIT vs LAMB) at each of
         settings = [(model, batch), ...], in the paper's direction at each: one statement per setting, or one
-        over all of them where the paper makes it so (together: "at every model size")."""
+        over all of them where the paper makes it so (together: "at every model size"). paper(model,
+        optimizer, batch): the paper's numbers, by default the table's at the mapped batch."""
+        paper = paper or (lambda model, opt, batch: self.paper_value(table, model, opt, batch, paper_metric))
         out, pooled = [], self.pooled(metric)
         for a, b in PAIRS:
             if a not in self.optimizers() or b not in self.optimizers():
                 continue
             rows = []
             for model, batch in settings:
-                s, r = self.ordered(table, model, batch, a, b, paper_metric)
-                paper = [self.paper_value(table, model, o, batch, paper_metric) for o in (s, r)]
-                note = (f"paper: {name(s)} {paper[0]:.3f} vs {name(r)} {paper[1]:.3f}"
-                        + (f" (at {self.config['models'][model].get('paper_model')}, batch {self.paper_batch(model, batch)})"
-                           if self.stands_in(model) else "")) if None not in paper else ""
+                s, r = self.ordered(paper, model, batch, a, b)
+                values = [paper(model, o, batch) for o in (s, r)]
+                note = (f"paper: {name(s)} {values[0]:.3f} vs {name(r)} {values[1]:.3f}"
+                        + (f" (at {self.config['models'][model].get('paper_model')}"
+                           + (f", batch {pb}" if (pb := self.paper_batch(model, batch)) is not None else "") + ")"
+                           if self.stands_in(model) else "")) if None not in values else ""
                 rows.append(Setting(model, str(batch), self.estimate(model, s, batch, metric),
                                     self.estimate(model, r, batch, metric), note))
             text = claim.format(a=name(a), b=name(b))

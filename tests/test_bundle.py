@@ -1,0 +1,165 @@
+"""Results bundles (merit_repro.bundle) on a results tree made here: the same runs give the same bytes, a
+bundle that does not verify or is another config's is refused naming what differs, unpacking never overwrites.
+The workflow's bundle -> rebuild round trip is in test_workflow.py."""
+
+import gzip
+import io
+import json
+import tarfile
+
+import pytest
+
+from merit_repro import bundle
+from merit_repro.grid import Cell
+from merit_repro.utils import UserError
+
+CONFIG = {"results": "results", "experiments": {"e": {"lr_grid": {"adamw": [1e-3, 2e-3]}}}, "report": {"alpha": 0.05}}
+GROUP = {"experiment": "e", "model": "T", "tokens": "4096", "optimizer": "adamw", "batch": 8}
+
+
+def make_tree(root):
+    """A results tree as the workflow leaves it: one tuned group of two cells, its tables and corpus."""
+    results = root / "results"
+    cells = [{"lr": "1e-3", "seed": 0}, {"lr": "2e-3", "seed": 0}]
+    group_dir = results / "tuning/e/T/adamw/bs8"
+    group_dir.mkdir(parents=True)
+    decision = {"group": GROUP, "cells": cells, "done": True}
+    (group_dir / "round0.json").write_text(json.dumps(decision))
+    (group_dir / "final.json").write_text(json.dumps(decision))
+    for c in cells:
+        run = results.parent / Cell("T", "4096", "adamw", 8, c["lr"], c["seed"]).path(results.name)
+        run.mkdir(parents=True)
+        (run / "summary.json").write_text(json.dumps({"status": "ok", "config": {"model": "demo-tiny",
+                                          "optimizer": "adamw", "batch_size": 8, "tokens": 4096, "seed": 0}}))
+        for name in ("eval.json", "metrics.csv", "mal.csv", "diagnostics.csv", "train.log"):
+            (run / name).write_text(f"{name} of lr {c['lr']}\n")
+        (run / "ckpt.pt").write_bytes(b"weights never go in")
+    (results / "data/d").mkdir(parents=True)
+    (results / "data/d/meta.json").write_text(json.dumps({"request": {"dataset": "x"}, "splits": {}}))
+    (results / "tables").mkdir()
+    (results / "tables/runs.csv").write_text("model,lr\nT,1e-3\n")
+    return results, {str(group_dir / "final.json"): decision}
+
+
+def make_bundle(tmp_path, name="b.tar.gz", config=CONFIG):
+    results, decisions = make_tree(tmp_path / name.split(".")[0])
+    out = tmp_path / name
+    manifest = bundle.create(out, results, decisions, [results / "data/d"], config, "abc123", None)
+    return out, manifest
+
+
+def rewrite(path, edit):
+    """The bundle at path with edit({name: bytes}) applied to its members, manifest kept."""
+    with tarfile.open(path, "r:gz") as tar:
+        files = {m.name: tar.extractfile(m).read() for m in tar}
+    edit(files)
+    bundle.write_tar(path, files)
+
+
+def test_a_bundle_holds_the_small_files_and_the_same_runs_give_the_same_bytes(tmp_path):
+    first, manifest = make_bundle(tmp_path, "one.tar.gz")
+    second, _ = make_bundle(tmp_path, "two.tar.gz")
+    assert first.read_bytes() == second.read_bytes()
+    names = set(manifest["files"])
+    assert "runs/T/4096/adamw/bs8/lr1e-3/seed0/train.log" in names and "tuning/e/T/adamw/bs8/round0.json" in names
+    assert "data/d/meta.json" in names and "tables/runs.csv" in names and bundle.CONFIG in names
+    assert not any(n.endswith(".pt") for n in names)
+    assert manifest["schema"] == bundle.SCHEMA_VERSION and manifest["commit"] == "abc123"
+    assert manifest["config"] == CONFIG and set(manifest["data"]) == {"data/d"}
+    with gzip.open(first) as gz:   # no time or owner of its own in the members
+        assert {(m.mtime, m.uid, m.uname) for m in tarfile.open(fileobj=io.BytesIO(gz.read()))} == {(0, 0, "")}
+
+
+def test_an_unfinished_run_is_not_bundled(tmp_path):
+    results, decisions = make_tree(tmp_path)
+    (results / "runs/T/4096/adamw/bs8/lr2e-3/seed0/mal.csv").unlink()
+    with pytest.raises(UserError, match="lr2e-3/seed0 lacks mal.csv: a bundle holds finished runs only"):
+        bundle.create(tmp_path / "b.tar.gz", results, decisions, [], CONFIG, "abc", None)
+
+
+def test_a_tampered_file_is_refused_naming_it(tmp_path, capsys):
+    path, _ = make_bundle(tmp_path)
+    edited = b"eval.json of lr 9e-3\n"   # one character changed: the size alone cannot tell
+    rewrite(path, lambda f: f.update({"runs/T/4096/adamw/bs8/lr1e-3/seed0/eval.json": edited}))
+    with pytest.raises(UserError, match=r"does not verify.*runs/T/4096/adamw/bs8/lr1e-3/seed0/eval.json does not "
+                                        r"match its manifest entry"):
+        bundle.read(path)
+    assert bundle.main(["inspect", str(path)]) == 1
+    assert "eval.json does not match its manifest entry" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda f: f.pop("tables/runs.csv"), "tables/runs.csv is in the manifest but not in the bundle"),
+    (lambda f: f.update({"runs/extra.csv": b"x"}), "runs/extra.csv is in the bundle but not in the manifest"),
+    (lambda f: f.update({bundle.MANIFEST: json.dumps({"schema": 99, "commit": "c0ffee"}).encode()}),
+     "has bundle schema 99, which this version does not know .* at its commit c0ffee"),
+    (lambda f: f.pop(bundle.MANIFEST), "has no MANIFEST.json"),
+])
+def test_a_bundle_that_does_not_verify_is_refused(tmp_path, edit, message):
+    path, _ = make_bundle(tmp_path)
+    rewrite(path, edit)
+    with pytest.raises(UserError, match=message):
+        bundle.read(path)
+
+
+def test_a_member_outside_the_bundle_is_refused(tmp_path):
+    path, _ = make_bundle(tmp_path)
+    rewrite(path, lambda f: f.update({"../escape.txt": b"x"}))
+    with pytest.raises(UserError, match="member '../escape.txt' is not a plain file inside the bundle"):
+        bundle.read(path)
+
+
+def test_not_a_bundle_is_named(tmp_path):
+    (tmp_path / "x.tar.gz").write_text("hello")
+    with pytest.raises(UserError, match="is not a results bundle"):
+        bundle.read(tmp_path / "x.tar.gz")
+    with pytest.raises(UserError, match="does not exist; make one with `snakemake --cores 1 bundle`"):
+        bundle.read(tmp_path / "missing.tar.gz")
+
+
+def test_another_config_is_refused_naming_what_differs(tmp_path):
+    path, _ = make_bundle(tmp_path)
+    assert bundle.check_for_rebuild(path, {**CONFIG, "results": "elsewhere", "bundle": str(path)})["commit"] == "abc123"
+    other = {**CONFIG, "experiments": {"e": {"lr_grid": {"adamw": [1e-3, 4e-3]}}}, "seeds": [0, 1]}
+    with pytest.raises(UserError, match=r"another config than the one asked for: experiments.e.lr_grid.adamw is "
+                                        r"\[0.001, 0.002\] there, \[0.001, 0.004\] here; seeds is only here"):
+        bundle.check_for_rebuild(path, other)
+
+
+def test_unpacking_never_overwrites_and_keeps_the_origins_tables_apart(tmp_path):
+    path, manifest = make_bundle(tmp_path)
+    into = tmp_path / "rebuild"
+    assert bundle.unpack(path, into) == (len(manifest["files"]) + 1, 0)
+    assert (into / "runs/T/4096/adamw/bs8/lr1e-3/seed0/metrics.csv").is_file()
+    assert (into / "origin/tables/runs.csv").is_file() and not (into / "tables").exists()
+    assert json.loads((into / "origin" / bundle.MANIFEST).read_text()) == manifest
+    assert bundle.unpack(path, into) == (0, len(manifest["files"]) + 1)   # again: everything already there
+    (into / "runs/T/4096/adamw/bs8/lr1e-3/seed0/metrics.csv").write_text("mine\n")
+    with pytest.raises(UserError, match="1 file.* differ from the bundle's and are not overwritten: .*lr1e-3/seed0/"
+                                        "metrics.csv"):
+        bundle.unpack(path, into)
+    assert (into / "runs/T/4096/adamw/bs8/lr1e-3/seed0/metrics.csv").read_text() == "mine\n"
+
+
+def test_merging_needs_the_same_corpus_prepared_here(tmp_path):
+    path, _ = make_bundle(tmp_path)
+    local = tmp_path / "local"
+    with pytest.raises(UserError, match="data/d/meta.json is missing: prepare it first"):
+        bundle.merge(path, local)
+    (local / "data/d").mkdir(parents=True)
+    (local / "data/d/meta.json").write_text(json.dumps({"request": {"dataset": "other"}, "splits": {}}))
+    with pytest.raises(UserError, match="holds corpus .*, the bundle's runs read"):
+        bundle.merge(path, local)
+    (local / "data/d/meta.json").write_bytes((tmp_path / "b/results/data/d/meta.json").read_bytes())
+    bundle.merge(path, local)
+    assert (local / "tuning/e/T/adamw/bs8/final.json").is_file()
+
+
+def test_inspect_says_what_a_bundle_holds(tmp_path, capsys):
+    path, _ = make_bundle(tmp_path)
+    assert bundle.main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "made at commit abc123" in out and "cells: 2 (2 ok)" in out and "optimizers: adamw" in out
+    assert "verifies:" in out and "tables: runs.csv" in out
+    assert bundle.main(["inspect", str(path), "--config"]) == 0
+    assert "alpha: 0.05" in capsys.readouterr().out
