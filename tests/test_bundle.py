@@ -163,3 +163,11 @@ def test_inspect_says_what_a_bundle_holds(tmp_path, capsys):
     assert "verifies:" in out and "tables: runs.csv" in out
     assert bundle.main(["inspect", str(path), "--config"]) == 0
     assert "alpha: 0.05" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", [".", "runs/.", "./runs/x"])
+def test_a_member_named_by_a_dot_is_refused(tmp_path, name):
+    path, _ = make_bundle(tmp_path)
+    rewrite(path, lambda f: f.update({name: b"x"}))
+    with pytest.raises(UserError, match="is not a plain file inside the bundle"):
+        bundle.read(path)

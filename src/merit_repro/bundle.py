@@ -127,7 +127,8 @@ def read(path):
         with tarfile.open(path, mode="r:gz") as tar:
             for info in tar:
                 name = PurePosixPath(info.name)
-                if not info.isfile() or name.is_absolute() or ".." in name.parts:
+                if (not info.isfile() or name.is_absolute() or not name.parts or str(name) != info.name
+                        or {".", ".."} & set(name.parts)):
                     bad.append(f"member {info.name!r} is not a plain file inside the bundle")
                     continue
                 files[info.name] = tar.extractfile(info).read()

@@ -17,7 +17,7 @@ import zipfile
 import numpy as np
 import torch
 
-from .cell import result_config
+from .cell import RESOURCE_KEYS, result_config
 from .utils import UserError, atomic_torch_save
 
 KEYS = {"config", "step", "model", "optimizer", "rng", "loop", "logs"}
@@ -70,8 +70,10 @@ def load(path, cfg, fingerprints, mmap=True):
         reason = str(err).splitlines()[0][:200] if str(err) else "truncated"
         raise UserError(f"{path} cannot be read as a checkpoint ({type(err).__name__}: {reason}); delete it to start "
                         "the cell over, or restore it") from None
-    if ckpt["config"] != result_config(cfg):
-        changed = sorted(k for k in ckpt["config"] if ckpt["config"][k] != result_config(cfg).get(k))
+    # a checkpoint saved before data_dir became a resource key records it: compare without resource keys
+    saved = {k: v for k, v in ckpt["config"].items() if k not in RESOURCE_KEYS}
+    if saved != result_config(cfg):
+        changed = sorted(k for k in set(saved) | set(result_config(cfg)) if saved.get(k) != result_config(cfg).get(k))
         raise UserError(f"{path} is a checkpoint of a different cell (keys {changed} differ); "
                         "delete it to start over, or use another --out")
     trained_on = (ckpt.get("data_fingerprint") or {}).get("data")   # LAMBADA is read only at the end

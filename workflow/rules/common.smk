@@ -38,7 +38,8 @@ try:
 except ValueError as err:  # the key path and the fix, without a traceback
     raise WorkflowError(str(err)) from None
 try:  # a tracking backend that is not installed fails here, naming its package, not in every training job
-    tracking.check_available(config["tracking"]["backend"])
+    if not BUNDLE:  # a rebuild from a bundle trains nothing
+        tracking.check_available(config["tracking"]["backend"])
 except UserError as err:
     raise WorkflowError(str(err)) from None
 # Live tracking reaches the trainers through their environment (merit_repro.tracking), never a cell's config or
