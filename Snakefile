@@ -3,7 +3,7 @@
 #   snakemake --cores all --configfile config/paper.yaml # the paper's grid, on GPUs
 #   snakemake --cores 1 bundle                           # results/bundle/<config>.tar.gz: what the report reads
 #   snakemake --cores 1 --config bundle=PATH             # the report rebuilt from a bundle, nothing trained
-# Stages: workflow/rules/{common,data,train,report,bundle}.smk; training is `python -m merit_repro.train`.
+# Stages: workflow/rules/{common,data,train,zeroshot,report,bundle}.smk; training is `python -m merit_repro.train`.
 
 from snakemake.utils import min_version
 
@@ -28,6 +28,7 @@ if not BUNDLE:  # from a bundle (--config bundle=PATH), its runs stand in for da
 
     include: "workflow/rules/data.smk"
     include: "workflow/rules/train.smk"
+    include: "workflow/rules/zeroshot.smk"
 
 
 include: "workflow/rules/report.smk"

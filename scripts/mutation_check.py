@@ -34,6 +34,7 @@ ALL = TRAIN + ["tests/test_bad_input.py", "tests/test_workflow.py"]
 INTEGRITY = ["tests/test_integrity.py"]
 BUNDLE = ["tests/test_bundle.py"]
 LLAMA = ["tests/test_llama.py"]
+ZEROSHOT = ["tests/test_zeroshot.py", "tests/test_export.py"]
 
 
 @dataclass
@@ -201,6 +202,22 @@ MUTATIONS = [
       LLAMA),
     M("rope_sign", "RoPE rotates the wrong way (rotate_half's sign flipped)", "src/merit_repro/llama.py",
       [("    return torch.cat((-x2, x1), dim=-1)", "    return torch.cat((x2, -x1), dim=-1)")], LLAMA),
+    # -- Table 1: zero-shot scoring and the HuggingFace export
+    M("zeroshot_padded_vocab", "continuations scored over the padded vocabulary rows too",
+      "src/merit_repro/harness.py",
+      [("logits[..., :self.loaded.vocab_size].float()", "logits.float()")], ZEROSHOT),
+    M("zeroshot_right_cut", "a long context cut on the right instead of the left", "src/merit_repro/harness.py",
+      [("whole = (list(context) + list(continuation))[-(block + 1):]",
+        "whole = (list(context) + list(continuation))[:block + 1]")], ZEROSHOT),
+    M("zeroshot_distractor_same_play", "next-line distractors drawn from the passage's own play",
+      "src/merit_repro/zeroshot.py", [("if e != d for line in doc", "for line in doc")], ZEROSHOT),
+    M("export_square_untransposed", "the export leaves square projections (c_proj) untransposed",
+      "src/merit_repro/export.py",
+      [("state[f\"transformer.{name}.weight\"] = lin.weight.detach().t()",
+        "state[f\"transformer.{name}.weight\"] = lin.weight.detach() if lin.in_features == lin.out_features "
+        "else lin.weight.detach().t()")], ZEROSHOT),
+    M("export_tanh_gelu", "the export declares GPT-2's tanh GELU where ours is exact", "src/merit_repro/export.py",
+      [('activation_function="gelu"', 'activation_function="gelu_new"')], ZEROSHOT),
     # -- results bundles: what a rebuilt report is made from
     M("bundle_no_hash", "a bundle's files not checked against their manifest", "src/merit_repro/bundle.py",
       [("if len(got) != want.get(\"size\") or sha256(got) != want.get(\"sha256\"):", "if len(got) != want.get(\"size\"):")],

@@ -68,6 +68,11 @@ def test_the_paper_plan_on_slurm_asks_for_no_job_longer_than_the_limit(tmp_path)
     for size in ("llama-100m", "llama-250m", "llama-350m"):   # the Llama / C4 table: 3 optimizers x 5 LRs a size
         assert len(re.findall(rf"wildcards: model={size}, tokens=[0-9.e]+, optimizer=", r.stdout + r.stderr)) == 15
     assert "wildcards: dataset=c4-t5" in r.stdout + r.stderr
+    zeroshot = re.findall(r"rule zeroshot:\n(?:    .*\n)*?    wildcards: experiment=(\w+), model=(\w+), optimizer=(\w+), "
+                          r"batch=(\d+)", r.stdout + r.stderr)   # Table 1: one job per group, its claim seeds
+    assert sorted(zeroshot) == sorted([("headline_48b", "medium", "adamw", "480"), ("headline_48b", "medium", "lamb", "6144"),
+                                       ("headline_48b", "medium", "merit", "6144"), ("table1_small", "small", "adamw", "480"),
+                                       ("table1_small", "small", "lamb", "4096"), ("table1_small", "small", "merit", "4096")])
     assert max(runtimes) == 1440   # the 48B-token cells (about 79 hours at this rate) are capped and chain
     budgets = [float(m) for m in re.findall(r"time_budget_s=([0-9.]+)", r.stdout + r.stderr)]
     assert budgets and max(budgets) == 1440 * 60

@@ -58,6 +58,7 @@ def member_paths(results, decisions):
 
     results = Path(results)
     paths = {p.relative_to(results) for p in (results / "tables").glob("*.csv")}
+    paths |= {p.relative_to(results) for p in (results / "zeroshot").rglob("*.json")}   # Table 1's scores
     for final, decision in decisions.items():
         group = Path(final)
         paths |= {p.relative_to(results) for p in [group, *group.parent.glob("round*.json")]}

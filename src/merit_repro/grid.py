@@ -16,7 +16,7 @@ from . import flops
 from .tuning import canonical
 
 ARTIFACTS = ("val_loss_vs_batch", "lambada_ppl_vs_batch", "headline", "steps_to_target", "lr_sensitivity",
-             "mal_vs_step", "mal_tables", "loss_curves", "ablation", "qknorm", "llama_c4")
+             "mal_vs_step", "mal_tables", "loss_curves", "ablation", "qknorm", "llama_c4", "zeroshot")
 COORDINATES = ("model", "tokens", "optimizer", "batch_size", "lr", "seed", "data_dir", "tokenizer", "lambada_dir")
 MODEL_ONLY_KEYS = ("data", "paper_model", "gpus")
 
@@ -143,6 +143,33 @@ def all_cells(config):
     return dict(sorted(cells.items()))
 
 
+ZEROSHOT_DEFAULTS = {"tasks": ["arc_easy", "copa", "hellaswag", "race", "wic"], "task_dirs": [], "local_tasks": {},
+                     "metric": "acc", "limit": None, "batch_size": 32, "weights": "bf16", "offline": True}
+
+
+def zeroshot_settings(config):
+    return {**ZEROSHOT_DEFAULTS, **(config.get("zeroshot") or {})}
+
+
+def zeroshot_groups(config):
+    """The tuned groups whose best-LR claim-seed cells a zeroshot artifact scores."""
+    groups = []
+    for name in sorted(config["experiments"]):
+        if "zeroshot" in config["experiments"][name].get("artifacts", []):
+            try:
+                groups += experiment_groups(config, name)
+            except (KeyError, TypeError):   # a malformed grid: validate() names it
+                continue
+    return groups
+
+
+def keeps_weights(config, model, tokens, optimizer, batch, seed):
+    """Whether a cell saves its final weights: it is a claim-seed cell of a group that a zeroshot artifact reads
+    (a claim seed trains only at its group's best LR)."""
+    return any((g.model, g.tokens, g.optimizer, g.batch) == (model, canonical(tokens), optimizer, int(batch))
+               and int(seed) in claim_seeds(config, g.experiment) for g in zeroshot_groups(config))
+
+
 def data_dir(config, data_key):
     return f"{config['results']}/data/{data_key}"
 
@@ -169,6 +196,8 @@ def cell_config(config, model, tokens, optimizer, batch, lr, seed):
     )
     if "betas" in settings:
         settings["betas"] = list(settings["betas"])
+    if "save_model" not in settings and keeps_weights(config, model, tokens, optimizer, batch, seed):
+        settings["save_model"] = zeroshot_settings(config)["weights"]
     return sorted_dict(settings)
 
 
@@ -333,10 +362,23 @@ def validate(config):
                 if problem not in reported:
                     reported.add(problem)
                     problems.append(f"{problem} (in {where}, cell {cell.path('results')})")
-    problems += corpus_problems(config)
+    problems += corpus_problems(config) + zeroshot_problems(config)
     if problems:
         raise ValueError("invalid workflow config:\n  " + "\n  ".join(problems))
     return config
+
+
+def zeroshot_problems(config):
+    """The zeroshot block against the data keys, and a zeroshot artifact without tasks."""
+    settings, problems = zeroshot_settings(config), []
+    for name, spec in settings["local_tasks"].items():
+        if spec.get("data") not in config["data"]:
+            problems.append(f"zeroshot.local_tasks.{name}.data={spec.get('data')!r} is not a key of data "
+                            f"({', '.join(config['data'])})")
+    wanted = any("zeroshot" in exp.get("artifacts", []) for exp in config["experiments"].values())
+    if wanted and not settings["tasks"]:
+        problems.append("zeroshot.tasks is empty, but an experiment asks for the zeroshot artifact: name its tasks")
+    return problems
 
 
 def corpus_problems(config):

@@ -11,6 +11,7 @@ rule bundle:
         tables=multiext(f"{RESULTS}/tables/", "runs.csv", "cells.csv", "best_lr.csv"),
         decisions=tuned_groups(),
         data=used_corpora(),
+        zeroshot=zeroshot_outputs(),
     output:
         f"{RESULTS}/bundle/{BUNDLE_NAME}.tar.gz",
     log:
@@ -36,6 +37,7 @@ if BUNDLE:
         output:
             decisions=tuned_groups(),
             data=used_corpora(),
+            zeroshot=zeroshot_outputs(),
         log:
             f"{RESULTS}/logs/bundle/unpack.log",
         conda:

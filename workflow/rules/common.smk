@@ -3,6 +3,7 @@ import json
 import math
 import os
 import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -56,6 +57,9 @@ GROUP = "{experiment}/{model}/{optimizer}/bs{batch}"
 GROUPS = grid.all_groups(config)
 RUN_FILES = ["summary.json", "eval.json", "metrics.csv", "mal.csv", "diagnostics.csv"]
 BUNDLE_NAME = config.get("bundle_name") or (Path(workflow.configfiles[-1]).stem if workflow.configfiles else "results")
+ZEROSHOT = grid.zeroshot_settings(config)
+ZEROSHOT_TASKS = f"{RESULTS}/zeroshot_tasks"
+ZEROSHOT_OFFLINE = "HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 " if ZEROSHOT["offline"] else ""
 MAX_TUNING_ROUNDS = 1000  # far above what any grid needs: each round adds at least one new cell
 
 
@@ -177,6 +181,37 @@ def final_runs(wildcards):
     """Every run file of the cells a tuned group kept."""
     group, (_, decision) = group_of(wildcards), final_round(wildcards)
     return [f"{cell_dir(group, c['lr'], c['seed'])}/{name}" for c in decision["cells"] for name in RUN_FILES]
+
+
+def zeroshot_runs(wildcards):
+    """summary.json of a tuned group's claim-seed cells at its best LR (none when every LR diverged)."""
+    group, (_, decision) = group_of(wildcards), final_round(wildcards)
+    return [
+        f"{cell_dir(group, c['lr'], c['seed'])}/summary.json"
+        for c in decision["cells"]
+        if c["seed_origin"] == "claim" and c["lr"] == decision["best_lr"]
+    ]
+
+
+def zeroshot_args(wildcards):
+    folders = ([ZEROSHOT_TASKS] if ZEROSHOT["local_tasks"] else []) + list(ZEROSHOT["task_dirs"])
+    args = ["--tasks", ",".join(ZEROSHOT["tasks"]), "--metric", ZEROSHOT["metric"]]
+    args += ["--batch-size", str(ZEROSHOT["batch_size"])] + [a for d in folders for a in ("--include", d)]
+    args += ["--limit", str(ZEROSHOT["limit"])] if ZEROSHOT["limit"] else []
+    return " ".join(shlex.quote(a) for a in args)
+
+
+def zeroshot_outputs(experiment=None):
+    """The zeroshot files of every group (of one experiment) that a zeroshot artifact reads."""
+    return [
+        f"{RESULTS}/zeroshot/{g.experiment}/{g.model}/{g.optimizer}/bs{g.batch}.json"
+        for g in grid.zeroshot_groups(config)
+        if experiment in (None, g.experiment)
+    ]
+
+
+def artifact_extra(wildcards):
+    return zeroshot_outputs(wildcards.experiment) if wildcards.artifact == "zeroshot" else []
 
 
 def tuned_groups():

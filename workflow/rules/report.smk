@@ -50,6 +50,7 @@ rule artifact:
         cells=f"{RESULTS}/tables/cells.csv",
         best=f"{RESULTS}/tables/best_lr.csv",
         paper=PAPER_NUMBERS,
+        extra=artifact_extra,
     output:
         table=multiext(f"{FIGURES}/{{artifact}}/{{experiment}}", ".csv", ".md", ".tex", ".json"),
         png=report(

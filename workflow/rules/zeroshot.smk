@@ -1,0 +1,53 @@
+# Table 1: zero-shot accuracy through lm-evaluation-harness (merit_repro.zeroshot). One job per tuned group of an
+# experiment with the zeroshot artifact scores its best-LR claim-seed cells, whose final weights the trainer kept
+# (grid.keeps_weights); local stand-in tasks are built from a corpus's validation split first.
+
+
+rule zeroshot_task:
+    input:
+        lambda wc: f"{grid.data_dir(config, ZEROSHOT['local_tasks'][wc.task]['data'])}/meta.json",
+    output:
+        yaml=f"{ZEROSHOT_TASKS}/{{task}}.yaml",
+        jsonl=f"{ZEROSHOT_TASKS}/{{task}}.jsonl",
+    log:
+        f"{RESULTS}/logs/zeroshot/task_{{task}}.log",
+    conda:
+        ENV
+    params:
+        python=PYTHON,
+        data=lambda wc, input: str(Path(input[0]).parent),
+        spec=lambda wc: ZEROSHOT["local_tasks"][wc.task],
+        out=lambda wc, output: str(Path(output.yaml).parent),
+    shell:
+        "{params.python:q} -m merit_repro.zeroshot next-line --data {params.data:q} --out {params.out:q} "
+        "--name {wildcards.task} --examples {params.spec[examples]} --max-chars {params.spec[max_chars]} "
+        "--seed {params.spec[seed]} > {log:q} 2>&1"
+
+
+rule zeroshot:
+    input:
+        decision=f"{RESULTS}/tuning/{GROUP}/final.json",
+        runs=zeroshot_runs,
+        tasks=[f"{ZEROSHOT_TASKS}/{task}.yaml" for task in ZEROSHOT["local_tasks"]],
+    output:
+        f"{RESULTS}/zeroshot/{GROUP}.json",
+    log:
+        f"{RESULTS}/logs/zeroshot/{GROUP}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/zeroshot/{GROUP}.tsv"
+    conda:
+        ENV
+    threads: 1
+    resources:
+        gpu=lambda wc: min(1, grid.model_gpus(config, wc.model)),
+        mem_mb=8000,
+    params:
+        python=PYTHON,
+        offline=ZEROSHOT_OFFLINE,
+        args=zeroshot_args,
+        runs=lambda wc, input: " ".join(f"--run {shlex.quote(str(Path(r).parent))}" for r in input.runs),
+        device=lambda wc: "" if grid.model_gpus(config, wc.model) else "--device cpu",
+    shell:
+        "{params.offline}OMP_NUM_THREADS={threads} {params.python:q} -m merit_repro.zeroshot eval {params.runs} "
+        "{params.args} {params.device} --out {output:q} > {log:q} 2>&1"
+        " || {{ code=$?; grep '^error: ' {log:q} >&2 || true; exit $code; }}"
