@@ -210,7 +210,7 @@ MUTATIONS = [
       [("whole = (list(context) + list(continuation))[-(block + 1):]",
         "whole = (list(context) + list(continuation))[:block + 1]")], ZEROSHOT),
     M("zeroshot_distractor_same_play", "next-line distractors drawn from the passage's own play",
-      "src/merit_repro/zeroshot.py", [("if e != d for line in doc", "for line in doc")], ZEROSHOT),
+      "src/merit_repro/tasks.py", [("if e != d for line in doc", "for line in doc")], ZEROSHOT),
     M("export_square_untransposed", "the export leaves square projections (c_proj) untransposed",
       "src/merit_repro/export.py",
       [("state[f\"transformer.{name}.weight\"] = lin.weight.detach().t()",

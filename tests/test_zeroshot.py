@@ -28,7 +28,7 @@ def run(tmp_path_factory, data_dir):
 
 @pytest.fixture(scope="module")
 def task_dir(tmp_path_factory, data_dir):
-    from merit_repro.zeroshot import write_next_line_task
+    from merit_repro.tasks import write_next_line_task
 
     out = tmp_path_factory.mktemp("tasks")
     write_next_line_task(data_dir, out, "next_line", examples=40, max_chars=24)
@@ -72,7 +72,7 @@ def test_the_next_line_task_is_a_fair_multiple_choice(data_dir, task_dir):
     rows = [json.loads(line) for line in (task_dir / "next_line.jsonl").read_text().splitlines()]
     assert len(rows) == 40 and {len(r["choices"]) for r in rows} == {4}
     assert len({r["label"] for r in rows}) > 1   # the answer is not always first
-    from merit_repro.zeroshot import validation_documents
+    from merit_repro.tasks import validation_documents
 
     docs = [[line.rstrip() for line in doc.splitlines() if line.strip()] for doc in validation_documents(data_dir)]
     for r in rows:
@@ -91,7 +91,7 @@ def test_lm_eval_gives_the_same_accuracy_with_our_model_and_the_exported_hf_mode
 
     from merit_repro.export import main as export
     from merit_repro.harness import RunLM
-    from merit_repro.zeroshot import load_tasks
+    from merit_repro.tasks import load_tasks
 
     assert export(["--run", str(run), "--out", str(tmp_path / "hf")]) == 0
     scores = []
@@ -157,7 +157,8 @@ def test_only_claim_seed_cells_of_zeroshot_groups_keep_their_weights():
 def test_an_exported_paper_task_loads_offline_from_a_copied_folder(tmp_path, run):
     """The layout `zeroshot export` writes (placeholders for lm-eval's task files and the folder), copied to
     another place: COPA through lm-eval's own task YAML and its !function helpers, over local JSONL."""
-    from merit_repro.zeroshot import evaluate, task_yaml
+    from merit_repro.tasks import task_yaml
+    from merit_repro.zeroshot import evaluate
 
     folder = tmp_path / "copied"
     (folder / "copa").mkdir(parents=True)
