@@ -163,6 +163,11 @@ def zeroshot_groups(config):
     return groups
 
 
+def zeroshot_file(results, experiment, model, optimizer, batch):
+    """Where a tuned group's zero-shot scores go (the workflow's zeroshot rule; the zeroshot artifact reads them)."""
+    return f"{results}/zeroshot/{experiment}/{model}/{optimizer}/bs{batch}.json"
+
+
 def keeps_weights(config, model, tokens, optimizer, batch, seed):
     """Whether a cell saves its final weights: it is a claim-seed cell of a group that a zeroshot artifact reads
     (a claim seed trains only at its group's best LR)."""

@@ -204,7 +204,7 @@ def zeroshot_args(wildcards):
 def zeroshot_outputs(experiment=None):
     """The zeroshot files of every group (of one experiment) that a zeroshot artifact reads."""
     return [
-        f"{RESULTS}/zeroshot/{g.experiment}/{g.model}/{g.optimizer}/bs{g.batch}.json"
+        grid.zeroshot_file(RESULTS, g.experiment, g.model, g.optimizer, g.batch)
         for g in grid.zeroshot_groups(config)
         if experiment in (None, g.experiment)
     ]

@@ -30,7 +30,7 @@ rule zeroshot:
         runs=zeroshot_runs,
         tasks=[f"{ZEROSHOT_TASKS}/{task}.yaml" for task in ZEROSHOT["local_tasks"]],
     output:
-        f"{RESULTS}/zeroshot/{GROUP}.json",
+        grid.zeroshot_file(RESULTS, "{experiment}", "{model}", "{optimizer}", "{batch}"),
     log:
         f"{RESULTS}/logs/zeroshot/{GROUP}.log",
     benchmark:

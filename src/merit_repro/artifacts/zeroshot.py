@@ -20,6 +20,7 @@ import pandas as pd
 
 from ..claims import LOWER, NO_WORSE, Estimate, Pooled, Setting, statement
 from ..figures import Line, Panel
+from ..grid import zeroshot_file
 from .context import differences, record
 
 TABLE = "downstream_zero_shot"
@@ -29,7 +30,7 @@ PAPER_METRICS = {"arc_easy": "acc_arc", "copa": "acc_copa", "hellaswag": "acc_he
 
 def group_scores(ctx, model, optimizer, batch):
     """{task or "average": [accuracy in % per claim seed]} of a group's best-LR claim-seed runs."""
-    path = Path(ctx.results) / "zeroshot" / ctx.experiment / model / optimizer / f"bs{batch}.json"
+    path = Path(zeroshot_file(ctx.results, ctx.experiment, model, optimizer, batch))
     if not path.is_file():
         return {}
     wanted = {Path(d).parts[-7:] for d in ctx.seed_runs(model, optimizer, batch).run_dir}
