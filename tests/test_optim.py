@@ -1,7 +1,11 @@
 import copy
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
+import yaml
 
 from merit_repro.model import GPT, GPTConfig
 from merit_repro.optim import OPTIMIZERS, MERIT, Lamb, build, param_groups
@@ -237,6 +241,33 @@ def test_build_errors():
         build("merit", p, momentum=0.9)
     assert set(OPTIMIZERS) >= {"adamw", "lamb", "merit", "maxlamb", "merit_noclip", "merit_nofloor",
                                "merit_noelementwise"}
+
+
+CHECK_TWICE = """
+import sys, yaml
+from merit_repro import grid
+config = yaml.safe_load(open(sys.argv[1]))
+grid.validate(config)
+print("torch" in sys.modules)
+config["optimizers"]["adamw"]["weight_decy"] = 0.1
+try:
+    grid.validate(config)
+except ValueError as err:
+    print("Bad hyperparameter" in str(err))
+"""
+
+
+def test_optimizer_settings_that_built_are_not_built_again(tmp_path):
+    """The config check builds each optimizer once per setting and code version (torch's import is most of a
+    Snakemake start-up); a start-up after that imports no torch, and a new, bad setting is still refused."""
+    from test_workflow import REPO, TINY
+
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    runs = [subprocess.run([sys.executable, "-c", CHECK_TWICE, str(TINY)], env=env, cwd=REPO, capture_output=True,
+                           text=True) for _ in range(2)]
+    assert [r.stdout.split() for r in runs] == [["True", "True"], ["False", "True"]], [r.stderr[-2000:] for r in runs]
+    used = {opt for exp in yaml.safe_load(TINY.read_text())["experiments"].values() for opt in exp["optimizers"]}
+    assert len(list((tmp_path / "merit-repro" / "optimizer-checks").iterdir())) == len(used)
 
 
 def test_sparse_gradient_is_refused():

@@ -1,10 +1,12 @@
 """LR tuning decisions (merit_repro.tuning) and the divergence rule (merit_repro.divergence)."""
 
+import json
 import math
 import random
 
 import pytest
 
+from merit_repro import grid, tuning
 from merit_repro.divergence import DivergenceRule, new_state
 from merit_repro.tuning import canonical, decide, next_point, tune
 
@@ -39,6 +41,32 @@ def test_interior_best_gets_its_claim_seeds_then_is_done():
     assert record["done"] and record["best_lr"] == "2e-3" and not record["at_edge"]
     assert calls[1] == [("2e-3", 1), ("2e-3", 2), ("2e-3", 3)]   # after the choice, at the chosen LR only
     assert record["extensions"] == []
+
+
+def test_groups_of_experiments_that_train_the_same_cells_share_their_rounds():
+    exp = {"models": ["T"], "tokens": 4096, "optimizers": ["adamw"], "batch_sizes": [8], "lr_grid": {"adamw": [1e-3]}}
+    config = {"experiments": {"b": exp, "a": exp, "c": {**exp, "lr_grid": {"adamw": [2e-3]}},
+                              "d": {**exp, "claim_seeds": [7]}, "e": {**exp, "tokens": 8192}},
+              "claim_seeds": [1], "tuning": {}}
+    owners = {key[0]: g.experiment for key, g in grid.tuning_owners(config).items()}
+    # the same grid, seeds and tuning: the first by name walks the rounds; any difference gets rounds of its own
+    assert owners == {"a": "a", "b": "a", "c": "c", "d": "d", "e": "e"}
+
+
+def test_an_adopted_decision_is_the_last_rounds_under_the_adopters_name(tmp_path):
+    spec = {**SPEC, "group": {"experiment": "a", "model": "T"}}
+    train, _ = trainer(bowl(2e-3))
+    last = tuning.annotate(spec, tune(spec, train))
+    (tmp_path / "round3.json").write_text(json.dumps(last))
+    out = tmp_path / "final.json"
+    group = {"experiment": "b", "model": "T"}
+    assert tuning.main(["--adopt", str(tmp_path / "round3.json"), "--group", json.dumps(group), "--out", str(out)]) == 0
+    final = json.loads(out.read_text())
+    assert final == {**last, "group": group, "rounds_of": "a"}
+    with pytest.raises(ValueError, match="not its last"):
+        tuning.adopt({**last, "done": False}, group)
+    with pytest.raises(SystemExit):
+        tuning.main(["--adopt", str(tmp_path / "round3.json"), "--out", str(out)])   # whose decision: no --group
 
 
 def test_best_on_the_upper_edge_extends_until_interior():

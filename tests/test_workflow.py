@@ -75,6 +75,18 @@ def test_a_cell_shared_by_experiments_trains_once(finished):
     assert len(grid.all_cells(config)) == 7 and len(runs) == 14 and sorted(set(runs.seed)) == [0, 1]
 
 
+def test_a_group_shared_by_experiments_is_tuned_once(finished):
+    """sweep's T/adamw/bs8 trains the same cells as curves': it walks no rounds of its own and adopts curves'
+    final decision, under its own name."""
+    tuning = finished / "results" / "tuning"
+    owner, adopter = (json.loads((tuning / e / "T/adamw/bs8/final.json").read_text()) for e in ("curves", "sweep"))
+    assert not list((tuning / "sweep/T/adamw/bs8").glob("round*.json"))
+    assert list((tuning / "curves/T/adamw/bs8").glob("round*.json"))
+    assert adopter["rounds_of"] == owner["rounds_of"] == "curves" and adopter["group"]["experiment"] == "sweep"
+    strip = lambda d: {k: v for k, v in d.items() if k != "group"}  # noqa: E731
+    assert strip(adopter) == strip(owner)
+
+
 def test_report_has_a_caption_for_every_artifact(finished):
     r = snakemake(finished, "--report", "report.html")
     assert r.returncode == 0, r.stderr[-2000:]

@@ -53,7 +53,8 @@ def plain(obj):
 
 def member_paths(results, decisions):
     """Paths (relative to results) of what a bundle of these tuned groups holds. decisions: {final.json path:
-    its decision}; every cell a group kept brings its run files, every group its tuning rounds."""
+    its decision}; every cell a group kept brings its run files, every group its tuning rounds (a group that
+    adopts another's rounds, see grid.tuning_owners, has none of its own: they come with that group)."""
     from .grid import Cell
 
     results = Path(results)

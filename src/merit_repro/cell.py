@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, fields
 import yaml
 
 from .sizes import MODEL_SIZES
-from .optim import OPTIMIZERS
+from .optim_names import OPTIMIZER_NAMES
 
 
 # Keys that choose resources, not results: a run may resume under different values of these.
@@ -118,8 +118,8 @@ class CellConfig:
         if problems:
             return problems
         check(self.model in MODEL_SIZES, "model", f"{self.model!r} is unknown; known models: {', '.join(MODEL_SIZES)}")
-        check(self.optimizer in OPTIMIZERS, "optimizer",
-              f"{self.optimizer!r} is unknown; known optimizers: {', '.join(sorted(OPTIMIZERS))}")
+        check(self.optimizer in OPTIMIZER_NAMES, "optimizer",
+              f"{self.optimizer!r} is unknown; known optimizers: {', '.join(sorted(OPTIMIZER_NAMES))}")
         for key in ("batch_size", "block_size", "eval_every", "mal_every", "mal_batch", "checkpoint_every", "eval_tokens",
                     "log_every"):
             check(getattr(self, key) >= 1, key, f"{getattr(self, key)} must be >= 1")

@@ -22,7 +22,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from .corpora import (C4_VAL_TOKENS, OWT_TRAIN_TOKENS, OWT_VAL_TOKENS, Corpus, lambada_texts, load_corpus,
                       source_fingerprint)
@@ -319,6 +318,8 @@ def micro_batch_slice(global_batch, micro_batch, world_size, rank, micro_step):
 
 def windows(tokens, offsets, block_size):
     """(x, y) int64 tensors of shape (len(offsets), block_size), y shifted by one."""
+    import torch   # here, so that preparing and reading corpora (the data and zero-shot task jobs) skip its import
+
     idx = np.asarray(offsets)[:, None] + np.arange(block_size + 1)[None, :]
     data = torch.from_numpy(np.asarray(tokens[idx], dtype=np.int64))
     return data[:, :-1].contiguous(), data[:, 1:].contiguous()

@@ -110,6 +110,20 @@ def tuning_spec(config, group):
             "extension_factor": float(tuning.get("extension_factor", 2.0))}
 
 
+def tuning_owners(config):
+    """{group key: the group whose rounds tune it}. Groups of several experiments that share a model, tokens,
+    optimizer, batch, LR grid, seeds and tuning settings train the same cells (a cell's settings do not depend
+    on its experiment), so ``tuning.decide`` takes the same decisions for each: the first of them (by experiment
+    name) walks the rounds and the others adopt its final decision (``tuning --adopt``). Each checkpoint round
+    costs Snakemake a pass over the whole DAG, so the demo walks 25 groups' rounds instead of 43."""
+    owners, first = {}, {}
+    for key, group in sorted(all_groups(config).items()):
+        spec = tuning_spec(config, group)
+        spec["group"] = {k: v for k, v in spec["group"].items() if k != "experiment"}
+        owners[key] = first.setdefault(repr(sorted(spec.items())), group)
+    return owners
+
+
 def group_expectation(config, group):
     """What the collect step checks a tuned group's runs against: its tuning spec, and the settings its cells
     share (cell_settings adds each cell's lr and seed)."""
@@ -279,7 +293,11 @@ def cell_problems(config, cell):
 
 def optimizer_problems(config, cell, cfg):
     """Build the cell's optimizer with its configured hyperparameters on a dummy tensor: a mistyped key
-    or a bad value fails here, before any job, not in the middle of training."""
+    or a bad value fails here, before any job, not in the middle of training. Importing torch for it is
+    most of a Snakemake start-up (about 3 s), so a setting that built is remembered (optimizer_check_mark)."""
+    mark = optimizer_check_mark(cfg)
+    if mark is not None and mark.is_file():
+        return []
     import torch
 
     from .optim import build
@@ -289,7 +307,35 @@ def optimizer_problems(config, cell, cfg):
         build(cfg.optimizer, [group], **cfg.optimizer_kwargs())
     except (TypeError, ValueError) as err:
         return [f"optimizers.{cell.optimizer}: {err}"]
+    if mark is not None:
+        try:
+            mark.parent.mkdir(parents=True, exist_ok=True)
+            mark.touch()
+        except OSError:
+            pass   # a read-only cache only costs the next start-up the build
     return []
+
+
+def optimizer_check_mark(cfg):
+    """The file that says these optimizer settings built with this code and torch: named by a hash of the
+    settings, merit_repro/optim's source and torch's version, in $XDG_CACHE_HOME/merit-repro (None when
+    torch's version cannot be read without importing it)."""
+    import hashlib
+    import importlib.metadata
+    import json
+    import os
+    from pathlib import Path
+
+    try:
+        torch_version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    digest = hashlib.sha256(json.dumps([cfg.optimizer, cfg.optimizer_kwargs(), cfg.weight_decay, torch_version],
+                                       sort_keys=True, default=str).encode())
+    for source in sorted((Path(__file__).parent / "optim").glob("*.py")):
+        digest.update(source.read_bytes())
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "merit-repro" / "optimizer-checks"
+    return cache / digest.hexdigest()[:32]
 
 
 def non_finite(obj, where="config"):
@@ -306,7 +352,7 @@ def non_finite(obj, where="config"):
 def validate(config):
     """Checks the JSON schema cannot express, on every cell, before any job runs; raises ValueError
     naming the key path and the fix."""
-    from .optim import OPTIMIZERS
+    from .optim_names import OPTIMIZER_NAMES
 
     problems = [f"{where}={value} must be a finite number" for where, value in non_finite(config)]
     if problems:   # every comparison below would pass or fail the wrong way
@@ -318,8 +364,8 @@ def validate(config):
     if config.get("lambada") and config["lambada"] not in data:
         problems.append(f"lambada={config['lambada']!r} is not a key of data ({', '.join(data)})")
     for opt in config.get("optimizers", {}):
-        if opt not in OPTIMIZERS:
-            problems.append(f"optimizers.{opt} is unknown; known optimizers: {', '.join(sorted(OPTIMIZERS))}")
+        if opt not in OPTIMIZER_NAMES:
+            problems.append(f"optimizers.{opt} is unknown; known optimizers: {', '.join(sorted(OPTIMIZER_NAMES))}")
     for key in config.get("cell_defaults", {}):
         if key in COORDINATES:
             problems.append(f"cell_defaults.{key} is a cell coordinate; set it in the experiments or models")
@@ -330,8 +376,9 @@ def validate(config):
             if model not in models:
                 problems.append(f"{where}.models: {model!r} is not a key of models ({', '.join(models)})")
         for opt in exp["optimizers"]:
-            if opt not in OPTIMIZERS:
-                problems.append(f"{where}.optimizers: {opt!r} is unknown; known optimizers: {', '.join(sorted(OPTIMIZERS))}")
+            if opt not in OPTIMIZER_NAMES:
+                problems.append(f"{where}.optimizers: {opt!r} is unknown; known optimizers: "
+                                f"{', '.join(sorted(OPTIMIZER_NAMES))}")
         shared = sorted(set(grid_seeds(config, name)) & set(claim_seeds(config, name)))
         if shared:
             problems.append(f"{where}: claim seeds {shared} are also grid seeds; the seeds that choose an LR must not "

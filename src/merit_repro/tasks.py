@@ -27,7 +27,10 @@ LM_EVAL_TASKS, TASK_DIR = "{LM_EVAL_TASKS}", "{TASK_DIR}"   # placeholders in ex
 
 def resolved_task_dirs(include):
     """The task folders with exported YAMLs made valid here: {LM_EVAL_TASKS} (lm-eval's own task files, which
-    they include) and {TASK_DIR} (their JSONL files) replaced by this machine's paths, in a temporary copy."""
+    they include) and {TASK_DIR} (their JSONL files) replaced by this machine's paths, in a temporary copy that
+    is removed when the process exits."""
+    import atexit
+    import shutil
     import tempfile
 
     import lm_eval.tasks
@@ -38,6 +41,7 @@ def resolved_task_dirs(include):
         if not folder.is_dir():
             raise UserError(f"zero-shot task folder {folder} does not exist; fix zeroshot.task_dirs (--include)")
         copy = Path(tempfile.mkdtemp(prefix="merit-tasks-"))
+        atexit.register(shutil.rmtree, copy, ignore_errors=True)
         for yaml_file in folder.glob("*.yaml"):
             text = yaml_file.read_text().replace(LM_EVAL_TASKS, tasks_root).replace(TASK_DIR, str(folder.resolve()))
             (copy / yaml_file.name).write_text(text)
@@ -108,14 +112,19 @@ def next_line_examples(docs, examples, context_lines=2, min_chars=16, max_chars=
     spots = [(d, i) for d, doc in enumerate(lines) for i in range(context_lines, len(doc))
              if min_chars <= len(doc[i]) <= max_chars]
     rng.shuffle(spots)
+    by_length = {}   # length -> (document, line): the distractor candidates of an answer are a few lengths' lists
+    for e, doc in enumerate(lines):
+        for line in doc:
+            by_length.setdefault(len(line), []).append((e, line))
     out = []
     for d, i in spots:
         answer = lines[d][i]
-        others = [line for e, doc in enumerate(lines) if e != d for line in doc
-                  if abs(len(line) - len(answer)) <= max(1, len(answer) // 10) and line != answer]
-        if len(set(others)) < choices - 1:
+        tolerance = max(1, len(answer) // 10)
+        others = sorted({line for n in range(len(answer) - tolerance, len(answer) + tolerance + 1)
+                         for e, line in by_length.get(n, ()) if e != d and line != answer})
+        if len(others) < choices - 1:
             continue
-        options = rng.sample(sorted(set(others)), choices - 1)
+        options = rng.sample(others, choices - 1)
         label = rng.randrange(choices)
         options.insert(label, answer)
         out.append({"context": "\n".join(lines[d][i - context_lines:i]) + "\n", "choices": options, "label": label,

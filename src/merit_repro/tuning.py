@@ -18,7 +18,10 @@ set, so tuning ends. A best LR still on an edge once the extensions are spent is
 such (``at_edge``), and the verdicts treat it as a tuning failure.
 
 This module is stdlib-only: the workflow's checkpoint job runs
-``python -m merit_repro.tuning --spec JSON --out round.json`` once per group and round.
+``python -m merit_repro.tuning --spec JSON --out round.json`` (``write_round``) once per group and round,
+then ``python -m merit_repro.tuning --adopt LAST_ROUND --group JSON --out final.json`` (``write_final``)
+writes each group's final decision: its own last round's, or that of the group of another experiment whose
+rounds it shares (``grid.tuning_owners``: the same cells, so the same decisions), named ``rounds_of``.
 """
 
 import argparse
@@ -151,20 +154,50 @@ def read_results(run_dirs):
     return results
 
 
+def adopt(decision, group):
+    """A group's final decision from the last round of the group whose rounds it shares (maybe itself)."""
+    if not decision.get("done"):
+        raise ValueError(f"{decision.get('group')}'s round is not its last (done: false)")
+    return {**decision, "group": group, "rounds_of": decision["group"]["experiment"]}
+
+
+def write_json(path, record):
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    tmp.replace(path)
+
+
+def write_round(spec, out):
+    """One round of a group (spec: its tuning spec plus 'runs': [[lr, seed, run_dir], ...]) -> out; what it
+    decided, in words."""
+    results = read_results({(lr, int(seed)): run_dir for lr, seed, run_dir in spec["runs"]})
+    record = annotate(spec, decide(spec, results))
+    write_json(out, record)
+    return f"{spec['group']}: {record['action']}"
+
+
+def write_final(last_round, group, out):
+    """A group's final decision -> out, from the last round of the rounds that tune it."""
+    write_json(out, adopt(json.loads(Path(last_round).read_text()), group))
+    return f"{group}: the decision of {last_round}"
+
+
 @cli
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m merit_repro.tuning", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--spec", required=True, help="JSON: the group's spec plus 'runs': [[lr, seed, run_dir], ...]")
+    parser.add_argument("--spec", help="JSON: the group's spec plus 'runs': [[lr, seed, run_dir], ...]")
+    parser.add_argument("--adopt", type=Path, help="a last round (done): write it as the final decision of --group")
+    parser.add_argument("--group", help="JSON: the group adopting --adopt's decision")
     parser.add_argument("--out", required=True, type=Path)
     args = parser.parse_args(argv)
-    spec = json.loads(args.spec)
-    results = read_results({(lr, int(seed)): run_dir for lr, seed, run_dir in spec["runs"]})
-    record = annotate(spec, decide(spec, results))
-    tmp = args.out.with_name(f".{args.out.name}.tmp")
-    tmp.write_text(json.dumps(record, indent=1) + "\n")
-    tmp.replace(args.out)
-    print(f"{spec['group']}: {record['action']}")
+    if bool(args.adopt) != bool(args.group) or bool(args.adopt) == bool(args.spec):
+        parser.error("give --spec, or --adopt with --group")
+    if args.adopt:
+        print(write_final(args.adopt, json.loads(args.group), args.out))
+    else:
+        print(write_round(json.loads(args.spec), args.out))
     return 0
 
 

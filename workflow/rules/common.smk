@@ -17,7 +17,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from merit_repro import bundle, configfiles, grid, tracking
-from merit_repro.optim import OPTIMIZERS
+from merit_repro.optim_names import OPTIMIZER_NAMES
 from merit_repro.utils import UserError
 
 SCHEMA = str(Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml")
@@ -55,6 +55,7 @@ FIGURES = config["figures"]
 CELL = "{model}/{tokens}/{optimizer}/bs{batch}/lr{lr}/seed{seed}"
 GROUP = "{experiment}/{model}/{optimizer}/bs{batch}"
 GROUPS = grid.all_groups(config)
+TUNING_OWNERS = grid.tuning_owners(config)
 RUN_FILES = ["summary.json", "eval.json", "metrics.csv", "mal.csv", "diagnostics.csv"]
 BUNDLE_NAME = config.get("bundle_name") or (Path(workflow.configfiles[-1]).stem if workflow.configfiles else "results")
 ZEROSHOT = grid.zeroshot_settings(config)
@@ -70,7 +71,7 @@ def _alternatives(names):
 wildcard_constraints:
     model=_alternatives(config["models"]),
     tokens=r"[0-9][0-9.e]*",
-    optimizer=_alternatives(OPTIMIZERS),
+    optimizer=_alternatives(OPTIMIZER_NAMES),
     batch=r"[0-9]+",
     lr=r"[0-9][0-9.e-]*",
     seed=r"[0-9]+",
@@ -125,11 +126,17 @@ def time_budget_seconds(wildcards, attempt):
 # ---------------------------------------------------------------- LR tuning (merit_repro.tuning)
 # Each group (experiment, model, optimizer, batch) is tuned in rounds: round k's checkpoint job reads the
 # results of the cells trained so far and decides the next cells (a grid extension, claim seeds) or that
-# the group is done. Every group walks its own rounds, so groups are tuned in parallel.
+# the group is done. Groups are tuned in parallel; groups of several experiments that train the same cells
+# share the rounds of the first of them (grid.tuning_owners), and each writes its own final.json from them.
 
 
 def group_of(wildcards):
     return GROUPS[(wildcards.experiment, wildcards.model, wildcards.optimizer, int(wildcards.batch))]
+
+
+def rounds_group(wildcards):
+    """The group whose rounds tune this one (itself, or the same cells' group of another experiment)."""
+    return TUNING_OWNERS[(wildcards.experiment, wildcards.model, wildcards.optimizer, int(wildcards.batch))]
 
 
 def cell_dir(group, lr, seed):
@@ -167,8 +174,8 @@ def tune_spec(wildcards):
 
 
 def final_round(wildcards):
-    """The group's last round (the one that says done) and its decision."""
-    group = group_of(wildcards)
+    """The last round (the one that says done) of the rounds that tune the group, and its decision."""
+    group = rounds_group(wildcards)
     for round_ in range(MAX_TUNING_ROUNDS):
         path = checkpoints.tune_lr.get(**group.wildcards(), round=round_).output[0]
         decision = json.loads(Path(path).read_text())

@@ -36,7 +36,8 @@ rule train:
 
 
 # Round k of a group: its cells so far -> the next cells (grid extension, claim seeds) or done; a round that
-# fails echoes its log's `error:` line to the console.
+# fails echoes its log's `error:` line to the console. (Not `run:` blocks: Snakemake runs those in a Snakemake
+# of their own, which parses the workflow again.)
 checkpoint tune_lr:
     input:
         tune_inputs,
@@ -54,7 +55,8 @@ checkpoint tune_lr:
         " || {{ code=$?; grep '^error: ' {log:q} >&2 || true; exit $code; }}"
 
 
-# The group's final decision, once its last round says done and every cell it kept has finished.
+# The group's final decision, once its last round (or that of the group whose rounds it shares) says done
+# and every cell it kept has finished.
 rule tuned_group:
     input:
         decision=lambda wc: final_round(wc)[0],
@@ -65,5 +67,9 @@ rule tuned_group:
         f"{RESULTS}/logs/tuning/{GROUP}/final.log",
     conda:
         ENV
+    params:
+        python=PYTHON,
+        group=lambda wc: json.dumps(grid.tuning_spec(config, group_of(wc))["group"], sort_keys=True),
     shell:
-        "cp {input.decision:q} {output:q} 2> {log:q}"
+        "{params.python:q} -m merit_repro.tuning --adopt {input.decision:q} --group {params.group:q} "
+        "--out {output:q} > {log:q} 2>&1 || {{ code=$?; grep '^error: ' {log:q} >&2 || true; exit $code; }}"

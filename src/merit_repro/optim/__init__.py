@@ -13,6 +13,7 @@
 
 import torch
 
+from ..optim_names import OPTIMIZER_NAMES
 from .lamb import Lamb
 from .merit import MERIT
 
@@ -26,6 +27,7 @@ OPTIMIZERS = {
     "merit_nofloor": (MERIT, {"weight_floor": False}),
     "merit_noelementwise": (MERIT, {"elementwise": False}),
 }
+assert tuple(OPTIMIZERS) == OPTIMIZER_NAMES, "merit_repro.optim_names lists the same optimizers"
 
 
 def build(name, params, **hparams):
