@@ -25,7 +25,9 @@ print(json.dumps({"executor": a.executor, "retries": a.retries, "latency_wait": 
                   "jobs": a.jobs, "config": a.config, "rerun_incomplete": a.rerun_incomplete,
                   "keep_going": a.keep_going, "default_resources": sorted((a.default_resources or {}).keys()),
                   "set_threads": {k: v.value for k, v in (a.set_threads or {}).items()},
-                  "set_resources": {r: sorted(v) for r, v in (a.set_resources or {}).items()}}))
+                  "set_resources": {r: sorted(v) for r, v in (a.set_resources or {}).items()},
+                  "rate": [a.max_jobs_per_timespan.max_jobs, a.max_jobs_per_timespan.timespan],
+                  "scheduler": a.scheduler}))
 """
 
 
@@ -40,6 +42,8 @@ def test_the_demo_command_runs_locally_with_the_workstation_profile():
     s = effective(DEMO)
     assert s["executor"] is None and s["cores"] == 2
     assert s["rerun_incomplete"] and s["keep_going"]
+    # job selection re-run every 5 s, not every second, without an ILP solve each time (profiles/default)
+    assert s["rate"] == [100, 5] and s["scheduler"] == "greedy"
 
 
 @pytest.mark.parametrize("command", [CLUSTER, CLUSTER_AS_PROFILE])
@@ -51,6 +55,7 @@ def test_the_cluster_command_gets_the_slurm_profile_not_the_local_one(command):
     assert s["set_threads"] == {"train": 8, "prepare_data": 16}
     assert "cpus_per_task" not in s["default_resources"]   # would override the threads of every rule
     assert "slurm_extra" in s["set_resources"]["train"]
+    assert s["rate"] == [100, 5] and s["scheduler"] == "greedy"
 
 
 def test_the_workstation_command_counts_gpus():

@@ -149,9 +149,9 @@ def write_next_line_task(data_dir, out_dir, name="next_line", examples=200, seed
     rows = next_line_examples(validation_documents(data_dir), examples, seed=seed, **options)
     data = out_dir / f"{name}.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    # Fields named, not Jinja templates: lm-eval compiles a template again for every document
     yaml_text = task_yaml(name, {"test": data.resolve()}, output_type="multiple_choice", test_split="test",
-                          doc_to_text="{{context}}", doc_to_choice="{{choices}}", doc_to_target="{{label}}",
-                          target_delimiter="")
+                          doc_to_text="context", doc_to_choice="choices", doc_to_target="label", target_delimiter="")
     yaml_text += ("metric_list:\n  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n"
                   "  - metric: acc_norm\n    aggregation: mean\n    higher_is_better: true\nmetadata:\n  version: 1.0\n"
                   f"  source: {json.dumps(str(Path(data_dir).resolve()))}\n")
