@@ -78,6 +78,8 @@ def test_the_paper_plan_on_slurm_asks_for_no_job_longer_than_the_limit(tmp_path)
     assert sorted(zeroshot) == sorted([("headline_48b", "medium", "adamw", "480"), ("headline_48b", "medium", "lamb", "6144"),
                                        ("headline_48b", "medium", "merit", "6144"), ("table1_small", "small", "adamw", "480"),
                                        ("table1_small", "small", "lamb", "4096"), ("table1_small", "small", "merit", "4096")])
+    evals = re.findall(r"-m merit_repro.zeroshot eval (.*?) --tasks", r.stdout + r.stderr)
+    assert len(evals) == 6 and not any(evals), evals[:1]   # their runs are tuning's to choose: none named yet
     assert max(runtimes) == 1440   # the 48B-token cells (about 79 hours at this rate) are capped and chain
     budgets = [float(m) for m in re.findall(r"time_budget_s=([0-9.]+)", r.stdout + r.stderr)]
     assert budgets and max(budgets) == 1440 * 60

@@ -200,6 +200,14 @@ def zeroshot_runs(wildcards):
     ]
 
 
+def run_flags(summaries):
+    """--run DIR per summary.json; none in a dry run before tuning, where Snakemake puts the checkpoint's file
+    (one string) in place of the inputs that its outcome decides."""
+    if isinstance(summaries, str):
+        return ""
+    return " ".join(f"--run {shlex.quote(str(Path(s).parent))}" for s in summaries)
+
+
 def zeroshot_args(wildcards):
     folders = ([ZEROSHOT_TASKS] if ZEROSHOT["local_tasks"] else []) + list(ZEROSHOT["task_dirs"])
     args = ["--tasks", ",".join(ZEROSHOT["tasks"]), "--metric", ZEROSHOT["metric"]]

@@ -45,7 +45,7 @@ rule zeroshot:
         python=PYTHON,
         offline=ZEROSHOT_OFFLINE,
         args=zeroshot_args,
-        runs=lambda wc, input: " ".join(f"--run {shlex.quote(str(Path(r).parent))}" for r in input.runs),
+        runs=lambda wc, input: run_flags(input.runs),
         device=lambda wc: "" if grid.model_gpus(config, wc.model) else "--device cpu",
     shell:
         "{params.offline}OMP_NUM_THREADS={threads} {params.python:q} -m merit_repro.zeroshot eval {params.runs} "
