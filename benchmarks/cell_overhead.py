@@ -8,7 +8,7 @@ Job wall time is what Snakemake's `benchmark:` file of each train job records (s
 model build, training, evaluation, writing files); the work is the summary's train + eval + probe
 seconds. ``--run`` runs the workflow twice from an empty results folder in a temporary copy of the
 repository, with fresh trainer processes (MERIT_WARM_START=0) and with the warm trainer
-(merit_repro.warmstart), and prints both, with the workflow's wall time.
+(merit_repro.launch.warmstart), and prints both, with the workflow's wall time.
 """
 
 import argparse

@@ -3,10 +3,10 @@
     python benchmarks/claims_calibration.py [--experiments 4000] [--sd 0.1] [--seed 0]
 
 1. False verdicts: every optimizer equal (seed sd --sd, 3 claim seeds a side), statements over 1, 2
-   and 3 settings through merit_repro.claims.statement: the share that come out held or did not
+   and 3 settings through merit_repro.report.claims.statement: the share that come out held or did not
    hold, against alpha. Also a one-seed side weighed with a pooled seed noise (pooled over 8 groups).
    For comparison, the rule before Welch (2 standard errors, no correction for the settings).
-2. Selection bias: LR tuning through merit_repro.tuning.tune on a bowl-shaped landscape with seed
+2. Selection bias: LR tuning through merit_repro.plan.tuning.tune on a bowl-shaped landscape with seed
    noise; the reported mean at the chosen LR minus its true mean, over many tuned groups, with claim
    seeds disjoint from the grid seed (the workflow's rule) and with the grid seed among them (before).
 """
@@ -19,8 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from merit_repro.claims import HELD, NOT_HELD, Estimate, Pooled, Setting, Stats, statement  # noqa: E402
-from merit_repro.tuning import tune  # noqa: E402
+from merit_repro.plan.tuning import tune  # noqa: E402
+from merit_repro.report.claims import HELD, NOT_HELD, Estimate, Pooled, Setting, Stats, statement  # noqa: E402
 
 
 def sample(rng, label, n, sd, mean=3.0):

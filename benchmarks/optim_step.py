@@ -21,7 +21,7 @@ import time
 
 import torch
 
-from merit_repro.model import GPT, GPTConfig
+from merit_repro.models import GPT, GPTConfig
 from merit_repro.optim import build, param_groups
 from merit_repro.optim.dispatch_count import count_step
 

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-from merit_repro.corpora import shakespeare
-from merit_repro.data import _write_split
-from merit_repro.tokenizers import get_tokenizer
+from merit_repro.data.corpora import shakespeare
+from merit_repro.data.tokenizers import get_tokenizer
+from merit_repro.data.tokens import _write_split
 
 
 def ours(texts, tokenizer, num_proc, out):

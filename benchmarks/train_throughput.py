@@ -17,11 +17,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from merit_repro.cell import CellConfig
-from merit_repro.data import prepare
-from merit_repro.model import GPT, GPTConfig
+from merit_repro.data.tokens import prepare
+from merit_repro.models import GPT, GPTConfig
 from merit_repro.optim import build, param_groups
-from merit_repro.train import Run
+from merit_repro.plan.cell import CellConfig
+from merit_repro.train.loop import Run
 
 
 def minimal_loop(cfg, train_bin, steps):

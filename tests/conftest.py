@@ -12,7 +12,7 @@ import pytest  # noqa: E402
 @pytest.fixture(scope="session")
 def data_dir(tmp_path_factory):
     """The demo corpus, Shakespeare as bytes, prepared once for every test that trains."""
-    from merit_repro.data import prepare
+    from merit_repro.data.tokens import prepare
 
     out = tmp_path_factory.mktemp("data") / "shakespeare-bytes"
     prepare("shakespeare", "bytes", out)

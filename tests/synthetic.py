@@ -1,5 +1,5 @@
 """Synthetic results for report tests: run directories as the trainer writes them, tuned by the real
-merit_repro.tuning rounds, collected by the real table code, from a loss landscape given in the test.
+merit_repro.plan.tuning rounds, collected by the real table code, from a loss landscape given in the test.
 
     paths = build(tmp_path, config, loss)            # loss(group, lr, seed) -> final val loss, None: diverged
     verdict = make_artifact(paths, config, "val_loss_vs_batch", "sweep")
@@ -9,9 +9,10 @@ import json
 import math
 from pathlib import Path
 
-from merit_repro import grid, tables, tuning
-from merit_repro.artifacts import make, write_index
-from merit_repro.runfiles import MAL_COLUMNS, METRICS_COLUMNS
+from merit_repro.plan import grid, tuning
+from merit_repro.report import tables
+from merit_repro.report.artifacts import make, write_index
+from merit_repro.train.runfiles import MAL_COLUMNS, METRICS_COLUMNS
 
 PAPER_NUMBERS = Path(__file__).resolve().parents[1] / "workflow" / "resources" / "paper_numbers.csv"
 INITIAL_LOSS = 5.5

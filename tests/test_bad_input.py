@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 import torch
 import yaml
-
-from merit_repro import data
-from merit_repro.data import DataError, prepare
-from merit_repro.runfiles import CsvLog
-from merit_repro.utils import atomic_torch_save
 from test_train import cell_file, rows_written, run_cli
 from test_workflow import TINY as TINY_WORKFLOW
 from test_workflow import copy_workflow, dump_config, snakemake
+
+from merit_repro.data import batches
+from merit_repro.data.tokens import DataError, prepare
+from merit_repro.train.runfiles import CsvLog
+from merit_repro.train.checkpoint import atomic_torch_save
 
 
 def one_error_line(result):
@@ -121,7 +121,7 @@ def test_a_full_disk_leaves_no_temporary_token_file(tmp_path, monkeypatch):
     corpus.mkdir()
     for i in range(6):
         (corpus / f"doc{i}.txt").write_text(f"document {i} " * 200)
-    from merit_repro.tokenizers import ByteTokenizer
+    from merit_repro.data.tokenizers import ByteTokenizer
 
     def no_space(self, texts, num_threads=1):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -198,7 +198,7 @@ def test_data_cli_names_a_file_that_is_not_utf8(tmp_path):
 
 
 def test_cost_cli_errors(tmp_path):
-    cost = [sys.executable, "-m", "merit_repro.cost", "--configfile"]
+    cost = [sys.executable, "-m", "merit_repro.plan.cost", "--configfile"]
     assert "missing.yaml" in one_error_line(subprocess.run(cost + [str(tmp_path / "missing.yaml")],
                                                             capture_output=True, text=True))
     config = yaml.safe_load(TINY_WORKFLOW.read_text())
@@ -209,5 +209,5 @@ def test_cost_cli_errors(tmp_path):
 
 
 def test_the_validation_offsets_sample_the_whole_split():
-    offsets = data.validation_offsets(100_000, 64, 4096)
+    offsets = batches.validation_offsets(100_000, 64, 4096)
     assert len(offsets) == 64 and offsets[-1] > 90_000 and (np.diff(offsets) >= 64).all()

@@ -1,4 +1,4 @@
-"""Results bundles (merit_repro.bundle) on a results tree made here: the same runs give the same bytes, a
+"""Results bundles (merit_repro.report.bundle) on a results tree made here: the same runs give the same bytes, a
 bundle that does not verify or is another config's is refused naming what differs, unpacking never overwrites.
 The workflow's bundle -> rebuild round trip is in test_workflow.py."""
 
@@ -9,8 +9,8 @@ import tarfile
 
 import pytest
 
-from merit_repro import bundle
-from merit_repro.grid import Cell
+from merit_repro.plan.grid import Cell
+from merit_repro.report import bundle
 from merit_repro.utils import UserError
 
 CONFIG = {"results": "results", "experiments": {"e": {"lr_grid": {"adamw": [1e-3, 2e-3]}}}, "report": {"alpha": 0.05}}
@@ -84,7 +84,7 @@ def test_a_tampered_file_is_refused_naming_it(tmp_path, capsys):
     with pytest.raises(UserError, match=r"does not verify.*runs/T/4096/adamw/bs8/lr1e-3/seed0/eval.json does not "
                                         r"match its manifest entry"):
         bundle.read(path)
-    assert bundle.main(["inspect", str(path)]) == 1
+    assert bundle.main(["inspect", str(path)]) == 2   # one `error:` line, like every CLI of the package
     assert "eval.json does not match its manifest entry" in capsys.readouterr().err
 
 

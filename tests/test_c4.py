@@ -11,9 +11,9 @@ import sys
 import numpy as np
 import pytest
 
-from merit_repro.corpora import C4_VAL_TOKENS, CorpusUnavailable, read_text, shakespeare_dir
-from merit_repro.data import prepare, requested, verify
-from merit_repro.tokenizers import TOKENIZERS, TokenizerUnavailable, get_tokenizer, token_dtype
+from merit_repro.data.corpora import C4_VAL_TOKENS, CorpusUnavailable, read_text, shakespeare_dir
+from merit_repro.data.tokenizers import TOKENIZERS, TokenizerUnavailable, get_tokenizer, token_dtype
+from merit_repro.data.tokens import prepare, requested, verify
 
 C4_README = """---
 configs:

@@ -1,4 +1,4 @@
-"""Verdicts (merit_repro.claims): Student's t, Welch's margin by hand, one-seed sides, statements over
+"""Verdicts (merit_repro.report.claims): Student's t, Welch's margin by hand, one-seed sides, statements over
 settings, and the false-verdict rate with every optimizer equal."""
 
 import math
@@ -6,8 +6,21 @@ import random
 
 import pytest
 
-from merit_repro.claims import (HELD, INCONCLUSIVE, NO_WORSE, NOT_HELD, NOT_TESTED, Estimate, Pooled, Setting, Stats,
-                                compare, statement, t_cdf, t_critical)
+from merit_repro.report.claims import (
+    HELD,
+    INCONCLUSIVE,
+    NO_WORSE,
+    NOT_HELD,
+    NOT_TESTED,
+    Estimate,
+    Pooled,
+    Setting,
+    Stats,
+    compare,
+    statement,
+    t_cdf,
+    t_critical,
+)
 
 S = Stats(alpha=0.05, tolerance=0.005)
 

@@ -14,14 +14,14 @@ import time
 import pandas as pd
 import pytest
 import yaml
-
-from merit_repro.runfiles import TIMING_COLUMNS
-from merit_repro.utils import UserError
 from test_workflow import REPO, TINY, copy_workflow, dump_config
+
+from merit_repro.train.runfiles import TIMING_COLUMNS
+from merit_repro.utils import UserError
 
 HOLDER = """
 import json, sys, time
-from merit_repro.gpu_slots import gpu_slots
+from merit_repro.launch.gpu_slots import gpu_slots
 n, out = int(sys.argv[1]), sys.argv[2]
 with gpu_slots(n, poll_seconds=0.02) as devices:
     start = time.time()
@@ -48,7 +48,7 @@ def test_gpu_slots_are_never_shared_by_concurrent_jobs(tmp_path):
 
 
 def test_gpu_slots_refuse_more_than_the_pool(monkeypatch, tmp_path):
-    from merit_repro.gpu_slots import gpu_slots
+    from merit_repro.launch.gpu_slots import gpu_slots
 
     monkeypatch.setenv("MERIT_GPU_LOCK_DIR", str(tmp_path))
     with pytest.raises(UserError, match="needs 3 GPUs but the pool has 2"):
@@ -58,13 +58,13 @@ def test_gpu_slots_refuse_more_than_the_pool(monkeypatch, tmp_path):
 
 def test_a_killed_job_releases_its_slots(tmp_path):
     env = {**os.environ, "MERIT_GPUS": "1", "MERIT_GPU_LOCK_DIR": str(tmp_path / "locks")}
-    holder = subprocess.Popen([sys.executable, "-c", "from merit_repro.gpu_slots import gpu_slots\nimport time\n"
+    holder = subprocess.Popen([sys.executable, "-c", "from merit_repro.launch.gpu_slots import gpu_slots\nimport time\n"
                                "with gpu_slots(1):\n    print('held', flush=True)\n    time.sleep(60)"],
                               env=env, stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"
     holder.kill()
     holder.wait()
-    r = subprocess.run([sys.executable, "-c", "from merit_repro.gpu_slots import gpu_slots\n"
+    r = subprocess.run([sys.executable, "-c", "from merit_repro.launch.gpu_slots import gpu_slots\n"
                         "with gpu_slots(1, timeout_seconds=10) as d: print(d)"], env=env, capture_output=True, text=True)
     assert r.returncode == 0 and "['0']" in r.stdout
 

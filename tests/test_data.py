@@ -5,10 +5,10 @@ import sys
 import numpy as np
 import pytest
 
-from merit_repro import data
-from merit_repro.corpora import CorpusUnavailable, load_corpus
-from merit_repro.data import DataError, prepare, verify
-from merit_repro.tokenizers import TokenizerUnavailable, get_tokenizer
+from merit_repro.data import batches, tokens
+from merit_repro.data.corpora import CorpusUnavailable, load_corpus
+from merit_repro.data.tokenizers import TokenizerUnavailable, get_tokenizer
+from merit_repro.data.tokens import DataError, prepare, verify
 
 
 @pytest.fixture(scope="module")
@@ -99,28 +99,28 @@ def test_textfile_single_file_splits_paragraphs_and_caps_train_tokens(tmp_path):
 
 
 def test_batches_are_a_function_of_seed_and_step_only():
-    a = data.batch_offsets(10_000, 64, 16, seed=1, step=5)
-    assert np.array_equal(a, data.batch_offsets(10_000, 64, 16, seed=1, step=5))  # a resumed run
-    assert not np.array_equal(a, data.batch_offsets(10_000, 64, 16, seed=1, step=6))
+    a = batches.batch_offsets(10_000, 64, 16, seed=1, step=5)
+    assert np.array_equal(a, batches.batch_offsets(10_000, 64, 16, seed=1, step=5))  # a resumed run
+    assert not np.array_equal(a, batches.batch_offsets(10_000, 64, 16, seed=1, step=6))
     # any split into ranks x micro-steps covers the global batch exactly once
     for world, micro in [(1, 16), (2, 4), (4, 2)]:
         accum = 16 // (world * micro)
-        seen = np.concatenate([a[data.micro_batch_slice(16, micro, world, r, m)]
+        seen = np.concatenate([a[batches.micro_batch_slice(16, micro, world, r, m)]
                                for m in range(accum) for r in range(world)])
         assert sorted(seen) == sorted(a)
 
 
 def test_windows_and_validation_offsets():
     tokens = np.arange(1000, dtype=np.uint16)
-    x, y = data.windows(tokens, [0, 10], 8)
+    x, y = batches.windows(tokens, [0, 10], 8)
     assert x.shape == (2, 8) and (y - x == 1).all() and x[1, 0] == 10
-    assert list(data.validation_offsets(1000, 100, 350)) == [0, 333, 666]     # spread over the split
-    assert list(data.validation_offsets(1000, 100, 10**6)) == [0, 111, 222, 333, 444, 555, 666, 777, 888]
+    assert list(batches.validation_offsets(1000, 100, 350)) == [0, 333, 666]     # spread over the split
+    assert list(batches.validation_offsets(1000, 100, 10**6)) == [0, 111, 222, 333, 444, 555, 666, 777, 888]
     for n, block, budget in [(1000, 100, 350), (1001, 100, 10**6), (5000, 64, 4096)]:
-        offsets = data.validation_offsets(n, block, budget)
+        offsets = batches.validation_offsets(n, block, budget)
         assert (np.diff(offsets) >= block).all() and offsets[-1] + block + 1 <= n
     with pytest.raises(DataError, match="block_size"):
-        data.batch_offsets(50, 64, 2, 0, 0)
+        batches.batch_offsets(50, 64, 2, 0, 0)
 
 
 def test_lambada_from_local_jsonl(tmp_path):
@@ -157,8 +157,8 @@ def test_cli_reports_errors_with_exit_code_2(tmp_path):
 
 
 def test_openwebtext_must_give_nanogpts_token_counts():
-    from merit_repro.corpora import OWT_TRAIN_TOKENS, OWT_VAL_TOKENS
-    from merit_repro.data import check_token_counts
+    from merit_repro.data.corpora import OWT_TRAIN_TOKENS, OWT_VAL_TOKENS
+    from merit_repro.data.tokens import check_token_counts
 
     right = {"train": {"tokens": OWT_TRAIN_TOKENS}, "val": {"tokens": OWT_VAL_TOKENS}}
     check_token_counts("openwebtext", "gpt2", right, None)
@@ -169,17 +169,17 @@ def test_openwebtext_must_give_nanogpts_token_counts():
 
 
 def test_a_revision_reaches_the_request_and_the_fingerprint():
-    from merit_repro.corpora import source_fingerprint
+    from merit_repro.data.corpora import source_fingerprint
 
     assert source_fingerprint("openwebtext", revision="abc") == "huggingface:Skylion007/openwebtext@abc"
     assert source_fingerprint("lambada") == "huggingface:EleutherAI/lambada_openai@unpinned"
-    assert data._request("openwebtext", "gpt2", None, 0.1, 1, "abc")["revision"] == "abc"
+    assert tokens._request("openwebtext", "gpt2", None, 0.1, 1, "abc")["revision"] == "abc"
 
 
 def test_each_seed_draws_its_own_batches_and_the_same_seed_the_same_ones():
-    a = [data.batch_offsets(10_000, 64, 16, seed=0, step=s) for s in range(5)]
-    b = [data.batch_offsets(10_000, 64, 16, seed=1, step=s) for s in range(5)]
-    again = [data.batch_offsets(10_000, 64, 16, seed=0, step=s) for s in range(5)]
+    a = [batches.batch_offsets(10_000, 64, 16, seed=0, step=s) for s in range(5)]
+    b = [batches.batch_offsets(10_000, 64, 16, seed=1, step=s) for s in range(5)]
+    again = [batches.batch_offsets(10_000, 64, 16, seed=0, step=s) for s in range(5)]
     assert all((x == y).all() for x, y in zip(a, again))
     assert not any((x == y).all() for x, y in zip(a, b))
     assert not (a[0] == a[1]).all()   # and each step its own

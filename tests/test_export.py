@@ -1,15 +1,15 @@
-"""merit_repro.export: a run as a HuggingFace GPT2LMHeadModel that computes our logits, with its tokenizer."""
+"""merit_repro.evals.export: a run as a HuggingFace GPT2LMHeadModel that computes our logits, with its tokenizer."""
 import json
 from dataclasses import asdict
 from types import SimpleNamespace
 
 import pytest
 import torch
-
-from merit_repro.export import main
-from merit_repro.model import build_config
-from merit_repro.runmodel import load_run
 from test_train import cell_file, run_cli
+
+from merit_repro.evals.export import main
+from merit_repro.evals.runmodel import load_run
+from merit_repro.models import build_config
 
 TEXTS = ["Hello world", " Hello  world\n\n\nfoo\tbar  ", "naïve café — 日本語のテキスト 😀👍🏽", "I'll DON'T they're 12345 3.14",
          "   \r\n\r\nwindows\r\n", "def f(x):\n    return x**2  # ok\n", "a\x00b", "x" * 300, ""]
@@ -50,8 +50,8 @@ def test_logits_equal_ours(run_dir, exported):
 
 def test_padding_rows_longer_positions_and_biases():
     """A model with more rows than its tokenizer, positions beyond the trained context and biases (bias: true)."""
-    from merit_repro.export import hf_model
-    from merit_repro.model import GPT, GPTConfig
+    from merit_repro.evals.export import hf_model
+    from merit_repro.models import GPT, GPTConfig
 
     torch.manual_seed(0)
     model = GPT(GPTConfig(block_size=64, vocab_size=320, n_layer=2, n_head=2, n_embd=32, bias=True)).eval()
@@ -133,7 +133,7 @@ def test_lm_eval_hf_scores_as_merit_run(run_dir, exported):
     from lm_eval.api.instance import Instance
     from lm_eval.models.huggingface import HFLM
 
-    from merit_repro.harness import RunLM
+    from merit_repro.evals.harness import RunLM
 
     requests = [Instance("loglikelihood", {}, ("To be, or not", " to be"), 0),
                 Instance("loglikelihood", {}, ("", "hello there"), 1),
@@ -147,9 +147,9 @@ def test_lm_eval_hf_scores_as_merit_run(run_dir, exported):
 def test_gpt2_tokenizer_gives_tiktoken_ids(tmp_path):
     from transformers import AutoTokenizer
 
-    from merit_repro.corpora import shakespeare_dir
-    from merit_repro.export import hf_tokenizer
-    from merit_repro.tokenizers import GPT2Tokenizer, find_gpt2_file
+    from merit_repro.data.corpora import shakespeare_dir
+    from merit_repro.data.tokenizers import GPT2Tokenizer, find_gpt2_file
+    from merit_repro.evals.export import hf_tokenizer
 
     if find_gpt2_file() is None:
         pytest.skip("no local gpt2.tiktoken (openai-whisper or MERIT_GPT2_TIKTOKEN)")

@@ -11,8 +11,11 @@ import pytest
 import torch
 import yaml
 
-from merit_repro import gpu_check
-from merit_repro.hardware import mfu, peak_flops
+from merit_repro.gpu_check import __main__ as check
+from merit_repro.gpu_check import common, host_syncs, parity, reference
+from merit_repro.gpu_check import ddp as ddp_part  # ddp() below makes torchrun results
+from merit_repro.gpu_check import workflow as workflow_part  # snakemake's validate reads a global `workflow`
+from merit_repro.train.hardware import mfu, peak_flops
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 CPU = torch.device("cpu")
@@ -24,30 +27,30 @@ def no_cuda(monkeypatch):
 
 
 def test_without_any_gpu_it_says_so_and_exits_cleanly(monkeypatch, capsys, no_cuda):
-    monkeypatch.setattr(gpu_check, "nvidia_smi_gpus", lambda: [])
-    assert gpu_check.main([]) == 0
+    monkeypatch.setattr(check, "nvidia_smi_gpus", lambda: [])
+    assert check.main([]) == 0
     assert "no CUDA device is visible" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("cuda_version, says", [(None, "CPU-only build"), ("12.8", "cannot use it")])
 def test_a_gpu_that_torch_cannot_use_fails_in_one_line(monkeypatch, capsys, no_cuda, cuda_version, says):
-    monkeypatch.setattr(gpu_check, "nvidia_smi_gpus", lambda: ["GPU 0: NVIDIA H200 (UUID: GPU-0)"])
+    monkeypatch.setattr(check, "nvidia_smi_gpus", lambda: ["GPU 0: NVIDIA H200 (UUID: GPU-0)"])
     monkeypatch.setattr(torch.version, "cuda", cuda_version)
-    assert gpu_check.main([]) == 1
+    assert check.main([]) == 1
     out = capsys.readouterr().out
     assert len(out.strip().splitlines()) == 1 and "NVIDIA H200" in out and says in out
 
 
 def test_the_script_needs_the_venv(tmp_path):
     (tmp_path / "scripts").mkdir()
-    shutil.copy(Path(gpu_check.REPO) / "scripts" / "gpu_check.sh", tmp_path / "scripts")
+    shutil.copy(Path(common.REPO) / "scripts" / "gpu_check.sh", tmp_path / "scripts")
     r = subprocess.run(["bash", str(tmp_path / "scripts" / "gpu_check.sh")], capture_output=True, text=True)
     assert r.returncode == 1 and "bash scripts/setup.sh" in r.stderr
 
 
 def test_every_part_but_workflow_and_torchrun_passes_on_the_cpu_in_one_table(tmp_path, capsys):
     out = tmp_path / "check.json"
-    assert gpu_check.main(["--device", "cpu", "--parts", "2,4,5,6,7", "--out", str(out)]) == 0
+    assert check.main(["--device", "cpu", "--parts", "2,4,5,6,7", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     for part in (2, 4, 5, 6, 7):
         assert f"[gpu_check] part {part}: " in printed and " s)" in printed
@@ -66,9 +69,9 @@ def test_a_part_that_raises_is_a_failed_row_and_the_others_still_run(monkeypatch
     def broken(plan, device, workdir):
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
-    monkeypatch.setattr(gpu_check, "PARTS", {1: ("broken", broken),
+    monkeypatch.setattr(check, "PARTS", {1: ("broken", broken),
                                              2: ("fine", lambda plan, device, workdir: [("fine", "1", "1", True)])})
-    assert gpu_check.main(["--device", "cpu", "--out", str(tmp_path / "check.json")]) == 1
+    assert check.main(["--device", "cpu", "--out", str(tmp_path / "check.json")]) == 1
     rows = json.loads((tmp_path / "check.json").read_text())["rows"]
     assert [(r["part"], r["result"]) for r in rows] == [(1, "FAIL"), (2, "ok")] and "illegal memory" in rows[0]["value"]
     kept = capsys.readouterr().out.split("work folder kept: ")[1].strip()   # kept for the logs of what failed
@@ -76,13 +79,13 @@ def test_a_part_that_raises_is_a_failed_row_and_the_others_still_run(monkeypatch
 
 
 def test_an_optimizer_mismatch_fails_the_check(monkeypatch):
-    real = gpu_check.run_optimizer
+    real = reference.run_optimizer
     def off_by_a_percent(name, w, g, device, dtype, foreach):   # LAMB's multi-tensor path only
         return {n: v * (1.01 if foreach and name == "lamb" else 1.0)
                 for n, v in real(name, w, g, device, dtype, foreach).items()}
 
-    monkeypatch.setattr(gpu_check, "run_optimizer", off_by_a_percent)
-    rows = gpu_check.check_optimizers(CPU, steps=3, scale=8)
+    monkeypatch.setattr(reference, "run_optimizer", off_by_a_percent)
+    rows = reference.check_optimizers(CPU, steps=3, scale=8)
     failed = [r for r in rows if not r[3]]
     assert failed and all("lamb" in r[1] for r in failed), rows
 
@@ -97,18 +100,18 @@ def test_a_host_sync_in_a_step_fails_the_check(monkeypatch):
         params[0].sum().item()   # a read-back, as a stray .item() or `if tensor:` would do
 
     monkeypatch.setattr(base, "multi_tensor_step", syncing_step)
-    rows = gpu_check.part_host_syncs(gpu_check.Plan.cpu(), CPU, None)
+    rows = host_syncs.part_host_syncs(common.Plan.cpu(), CPU, None)
     syncing = [r for r in rows if "multi-tensor step" in r[0]]
     assert len(syncing) == 4 and not any(r[3] for r in syncing) and all("_local_scalar_dense" in r[1] for r in syncing)
 
 
 def test_parity_is_judged_at_every_step():
     eager = [10.8, 10.2, 9.6, 9.1]
-    ok = gpu_check.judge_parity(eager, [x + 0.005 for x in eager], [x - 0.01 for x in eager], compile_seconds=40.0)
+    ok = parity.judge_parity(eager, [x + 0.005 for x in eager], [x - 0.01 for x in eager], compile_seconds=40.0)
     assert [r[3] for r in ok] == [True, True, True]
-    drifted = gpu_check.judge_parity(eager, eager[:-1] + [9.2], [x + 0.2 for x in eager], compile_seconds=40.0)
+    drifted = parity.judge_parity(eager, eager[:-1] + [9.2], [x + 0.2 for x in eager], compile_seconds=40.0)
     assert [r[3] for r in drifted] == [True, False, False]
-    broken = gpu_check.judge_parity([10.8, float("nan")], None, [10.8, 10.5])
+    broken = parity.judge_parity([10.8, float("nan")], None, [10.8, 10.5])
     assert [r[3] for r in broken] == [False, None, False]   # compile not run: skipped, not passed
 
 
@@ -117,27 +120,29 @@ def summary(device="cuda:0 NVIDIA H200 (140 GiB), CUDA 12.8", status="ok", world
 
 
 def test_the_tiny_gpu_workflow_config_is_valid():
-    from snakemake.utils import validate
+    from snakemake.utils import validate as fill_schema_defaults
 
-    from merit_repro import configfiles, grid
+    from merit_repro.config import configfiles
+    from merit_repro.plan import grid
+    from merit_repro.plan.validate import validate
 
-    config = configfiles.load(gpu_check.WORKFLOW_CONFIG)   # as data, then the schema
-    validate(config, str(configfiles.SCHEMA))               # the defaults, as the workflow fills them
-    grid.validate(config)
-    assert len(grid.all_groups(config)) * 2 == gpu_check.expected_cells(config)   # grid seed + claim seed per group
+    config = configfiles.load(workflow_part.WORKFLOW_CONFIG)   # as data, then the schema
+    fill_schema_defaults(config, str(configfiles.SCHEMA))   # the defaults, as the workflow fills them
+    validate(config)
+    assert len(grid.all_groups(config)) * 2 == workflow_part.expected_cells(config)   # grid seed + claim seed per group
 
 
 def test_the_workflow_passes_only_with_exit_0_and_every_run_on_cuda(tmp_path):
-    path, config = gpu_check.workflow_config(torch.device("cuda"), tmp_path)
+    path, config = workflow_part.workflow_config(torch.device("cuda"), tmp_path)
     assert yaml.safe_load(path.read_text())["results"] == str(tmp_path / "results")
     assert all(m["gpus"] == 1 for m in config["models"].values())
-    assert all(m["gpus"] == 0 for m in gpu_check.workflow_config(CPU, tmp_path)[1]["models"].values())
-    expected = gpu_check.expected_cells(config)
+    assert all(m["gpus"] == 0 for m in workflow_part.workflow_config(CPU, tmp_path)[1]["models"].values())
+    expected = workflow_part.expected_cells(config)
     assert expected == 4   # 2 optimizers x (grid seed + claim seed)
-    assert all(r[3] for r in gpu_check.judge_workflow(0, [summary()] * 4, expected, "cuda"))
-    on_cpu = gpu_check.judge_workflow(0, [summary()] * 3 + [summary(device="cpu x86_64")], expected, "cuda")
+    assert all(r[3] for r in workflow_part.judge_workflow(0, [summary()] * 4, expected, "cuda"))
+    on_cpu = workflow_part.judge_workflow(0, [summary()] * 3 + [summary(device="cpu x86_64")], expected, "cuda")
     assert [r[3] for r in on_cpu] == [True, False]
-    failed = gpu_check.judge_workflow(1, [summary()] * 2, expected, "cuda", "Error in rule train")
+    failed = workflow_part.judge_workflow(1, [summary()] * 2, expected, "cuda", "Error in rule train")
     assert [r[3] for r in failed] == [False, False] and "Error in rule train" in failed[0][1]
 
 
@@ -148,14 +153,14 @@ def ddp(code=0, world_size=2, ckpt=False, log="", loss=2.5, device="cpu x86_64")
 
 def test_torchrun_runs_are_judged_on_codes_checkpoint_resumption_and_loss():
     good = dict(full=ddp(), stopped=ddp(75, ckpt=True), resumed=ddp(log="# resuming from step 1 in ..."))
-    assert all(r[3] for r in gpu_check.judge_ddp(2, "cpu", **good))
-    one_gpu = gpu_check.judge_ddp(1, "cuda", full=ddp(world_size=1, device="cuda:0 H200"), stopped=ddp(75, ckpt=True),
+    assert all(r[3] for r in ddp_part.judge_ddp(2, "cpu", **good))
+    one_gpu = ddp_part.judge_ddp(1, "cuda", full=ddp(world_size=1, device="cuda:0 H200"), stopped=ddp(75, ckpt=True),
                                   resumed=ddp(world_size=1, device="cuda:0 H200", log="resuming from step 1"))
     assert [r[3] for r in one_gpu] == [True, True, True, True, None]   # the 2-process case: skipped
     for change, failing in [(dict(stopped=ddp(1)), 1), (dict(stopped=ddp(75)), 1), (dict(resumed=ddp()), 2),
                             (dict(resumed=ddp(log="resuming from step 1", loss=2.6)), 3),
                             (dict(full=ddp(world_size=1)), 0)]:
-        rows = gpu_check.judge_ddp(2, "cpu", **{**good, **change})
+        rows = ddp_part.judge_ddp(2, "cpu", **{**good, **change})
         assert [i for i, r in enumerate(rows) if not r[3]] == [failing], (change, rows)
 
 
@@ -168,4 +173,4 @@ def test_mfu_uses_the_devices_own_peak():
 
 @cuda
 def test_gpu_check_passes_on_this_cuda_device(tmp_path):
-    assert gpu_check.main(["--quick", "--out", str(tmp_path / "check.json")]) == 0
+    assert check.main(["--quick", "--out", str(tmp_path / "check.json")]) == 0

@@ -6,9 +6,9 @@ import weakref
 import pytest
 import torch
 
-from merit_repro import checkpoint, memory
-from merit_repro.gpu_slots import device_pool
-from merit_repro.model import GPT, GPTConfig
+from merit_repro.launch.gpu_slots import device_pool
+from merit_repro.models import GPT, GPTConfig
+from merit_repro.train import checkpoint, memory
 from merit_repro.utils import UserError
 
 GiB = 2**30
@@ -125,7 +125,7 @@ def test_each_rank_restores_its_own_cuda_generator_whatever_the_gpu_count(monkey
 def test_a_checkpoint_saved_when_data_dir_was_part_of_a_cell_still_resumes(tmp_path):
     """Checkpoints from before data_dir became a location (its corpus's fingerprint is checked instead) record
     it in their config; they resume, and a checkpoint of another cell is still refused."""
-    from merit_repro.cell import CellConfig, result_config
+    from merit_repro.plan.cell import CellConfig, result_config
     from merit_repro.utils import UserError
 
     cfg = CellConfig(model="demo-tiny", optimizer="adamw", lr=1e-3, batch_size=8, tokens=4096.0, seed=0,

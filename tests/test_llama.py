@@ -1,4 +1,4 @@
-"""The Llama family (merit_repro.llama): shapes and sizes, RoPE, the MAL probe, QK-norm, training, the factory."""
+"""The Llama family (merit_repro.models.llama): shapes and sizes, RoPE, the MAL probe, QK-norm, training, the factory."""
 import csv
 import json
 import math
@@ -6,8 +6,8 @@ import math
 import pytest
 import torch
 
-from merit_repro.llama import Llama, LlamaConfig, apply_rope, rope_tables
-from merit_repro.model import GPT, build_config, build_model, config_from_dict
+from merit_repro.models import GPT, build_config, build_model, config_from_dict
+from merit_repro.models.llama import Llama, LlamaConfig, apply_rope, rope_tables
 from merit_repro.optim import build, param_groups
 
 
@@ -174,9 +174,9 @@ def test_factory_round_trips_through_config_dict():
 
 
 def test_a_llama_cell_trains_through_the_trainer_and_evaluates_again(tmp_path, data_dir):
-    from merit_repro.cell import CellConfig
-    from merit_repro.evaluate import main as evaluate
-    from merit_repro.train import Run
+    from merit_repro.plan.cell import CellConfig
+    from merit_repro.train.evaluate import main as evaluate
+    from merit_repro.train.loop import Run
 
     cell = dict(model="demo-llama", block_size=32, batch_size=8, tokens=8 * 32 * 20, eval_every=10, mal_every=10,
                 eval_tokens=2048, mal_batch=2, lr=3e-3, data_dir=str(data_dir), device="cpu", save_model=True)

@@ -3,8 +3,9 @@ import math
 import pytest
 import torch
 
-from merit_repro.cell import CellConfig
-from merit_repro.model import GPT, GPTConfig, padded_vocab_size
+from merit_repro.models import MODEL_SIZES, GPT, GPTConfig, build_config, build_model, padded_vocab_size
+from merit_repro.plan import flops
+from merit_repro.plan.cell import CellConfig
 
 
 @pytest.mark.parametrize("name,millions", [("gpt2-small", 124), ("gpt2-medium", 355), ("gpt2-large", 774)])
@@ -92,3 +93,14 @@ def test_attention_is_causal():
 def test_no_warmup_means_the_peak_lr_from_the_first_step():
     cfg = CellConfig(lr=1e-3, batch_size=1, block_size=1, tokens=100, warmup_frac=0.0, min_lr_frac=0.1)
     assert cfg.warmup_steps == 0 and cfg.lr_at(0) == pytest.approx(1e-3)
+
+
+@pytest.mark.parametrize("name", sorted(MODEL_SIZES))
+@pytest.mark.parametrize("qk_norm", [False, True])
+def test_the_torch_free_counts_are_the_built_models(name, qk_norm):
+    """plan.flops counts from the shape (the cost estimate and wall-time requests import no torch); the trainer
+    counts on the model it builds. Both must agree, for every named size, with QK-norm and without."""
+    settings = {"model": name, "tokenizer": "gpt2", "block_size": 256, "qk_norm": qk_norm}
+    with torch.device("meta"):
+        model = build_model(build_config(name, block_size=256, vocab_size=50304, qk_norm=qk_norm))
+    assert flops.of_cell(settings) == (model.flops_per_token(), model.num_params())

@@ -1,5 +1,5 @@
 import copy
-import os
+import json
 import subprocess
 import sys
 
@@ -7,23 +7,16 @@ import pytest
 import torch
 import yaml
 
-from merit_repro.model import GPT, GPTConfig
-from merit_repro.optim import OPTIMIZERS, MERIT, Lamb, build, param_groups
+from merit_repro.gpu_check.optim_reference import reference_step, variants
+from merit_repro.models import GPT, GPTConfig
+from merit_repro.optim import MERIT, OPTIMIZERS, Lamb, build, param_groups
 from merit_repro.optim.dispatch_count import DispatchCounter, count_step
-from optim_reference import reference_step
 
 STEPS = 50
 HP = dict(lr=3e-2, betas=(0.9, 0.95), eps=1e-6)
 
-# name -> (reference kind, reference switches)
-VARIANTS = {
-    "merit": ("merit", {}),
-    "maxlamb": ("merit", {"elementwise": False, "clip": False}),
-    "merit_noclip": ("merit", {"clip": False}),
-    "merit_nofloor": ("merit", {"weight_floor": False}),
-    "merit_noelementwise": ("merit", {"elementwise": False}),
-    "lamb": ("lamb", {}),
-}
+# name -> (reference kind, reference switches): every MERIT and LAMB of the registry, with the switches it fixes
+VARIANTS = variants(OPTIMIZERS)
 
 
 def make_problem(dtype=torch.float64, seed=0):
@@ -243,31 +236,32 @@ def test_build_errors():
                                "merit_noelementwise"}
 
 
-CHECK_TWICE = """
-import sys, yaml
-from merit_repro import grid
+CHECK_WITHOUT_TORCH = """
+import json, sys, yaml
+from merit_repro.plan.validate import optimizer_settings, validate
 config = yaml.safe_load(open(sys.argv[1]))
-grid.validate(config)
-print("torch" in sys.modules)
+validate(config)
 config["optimizers"]["adamw"]["weight_decy"] = 0.1
-try:
-    grid.validate(config)
-except ValueError as err:
-    print("Bad hyperparameter" in str(err))
+print(json.dumps({"torch": "torch" in sys.modules, "settings": optimizer_settings(config)}))
 """
 
 
-def test_optimizer_settings_that_built_are_not_built_again(tmp_path):
-    """The config check builds each optimizer once per setting and code version (torch's import is most of a
-    Snakemake start-up); a start-up after that imports no torch, and a new, bad setting is still refused."""
+def test_the_config_check_imports_no_torch_and_the_optimizer_check_names_a_bad_setting():
+    """Parsing the workflow checks the config without torch; the optimizer settings it lists are built when a
+    run starts (merit_repro.optim.check), and a mistyped hyperparameter is named by its key path."""
     from test_workflow import REPO, TINY
 
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
-    runs = [subprocess.run([sys.executable, "-c", CHECK_TWICE, str(TINY)], env=env, cwd=REPO, capture_output=True,
-                           text=True) for _ in range(2)]
-    assert [r.stdout.split() for r in runs] == [["True", "True"], ["False", "True"]], [r.stderr[-2000:] for r in runs]
+    from merit_repro.optim.check import problems
+
+    run = subprocess.run([sys.executable, "-c", CHECK_WITHOUT_TORCH, str(TINY)], cwd=REPO, capture_output=True,
+                         text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = json.loads(run.stdout)
+    assert out["torch"] is False
     used = {opt for exp in yaml.safe_load(TINY.read_text())["experiments"].values() for opt in exp["optimizers"]}
-    assert len(list((tmp_path / "merit-repro" / "optimizer-checks").iterdir())) == len(used)
+    assert {s["optimizer"] for s in out["settings"]} == used
+    [problem] = problems(out["settings"])
+    assert problem.startswith("optimizers.adamw: Bad hyperparameter") and "(in experiments." in problem, problem
 
 
 def test_sparse_gradient_is_refused():

@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-
 from test_workflow import REPO
 
 DEMO = "snakemake --cores 2"
@@ -78,7 +77,7 @@ def test_the_paper_plan_on_slurm_asks_for_no_job_longer_than_the_limit(tmp_path)
     assert sorted(zeroshot) == sorted([("headline_48b", "medium", "adamw", "480"), ("headline_48b", "medium", "lamb", "6144"),
                                        ("headline_48b", "medium", "merit", "6144"), ("table1_small", "small", "adamw", "480"),
                                        ("table1_small", "small", "lamb", "4096"), ("table1_small", "small", "merit", "4096")])
-    evals = re.findall(r"-m merit_repro.zeroshot eval (.*?) --tasks", r.stdout + r.stderr)
+    evals = re.findall(r"-m merit_repro.evals.zeroshot eval (.*?) --tasks", r.stdout + r.stderr)
     assert len(evals) == 6 and not any(evals), evals[:1]   # their runs are tuning's to choose: none named yet
     assert max(runtimes) == 1440   # the 48B-token cells (about 79 hours at this rate) are capped and chain
     budgets = [float(m) for m in re.findall(r"time_budget_s=([0-9.]+)", r.stdout + r.stderr)]
@@ -87,8 +86,8 @@ def test_the_paper_plan_on_slurm_asks_for_no_job_longer_than_the_limit(tmp_path)
 
 def test_the_one_gpu_tier_validates_plans_and_fits_a_day():
     """config/gpu1.yaml: plain data, valid, planned by a dry run (18 grid cells of GPT-2 Small on one GPU each),
-    and at most 24 H100-hours by merit_repro.cost's own defaults, tuning's upper bound included."""
-    from merit_repro import configfiles
+    and at most 24 H100-hours by merit_repro.plan.cost's own defaults, tuning's upper bound included."""
+    from merit_repro.config import configfiles
 
     assert configfiles.problems(REPO / "config/gpu1.yaml") == []
     s = effective(ONE_GPU)
@@ -99,7 +98,7 @@ def test_the_one_gpu_tier_validates_plans_and_fits_a_day():
     assert r.returncode == 0, out[-3000:]
     assert len(re.findall(r"rule train:", out)) == 18 and len(re.findall(r"gpu=1,", out)) == 18
     assert "wildcards: model=small, tokens=7.86432e8," in out
-    r = subprocess.run([sys.executable, "-m", "merit_repro.cost", "--configfile", "config/gpu1.yaml"], cwd=REPO,
+    r = subprocess.run([sys.executable, "-m", "merit_repro.plan.cost", "--configfile", "config/gpu1.yaml"], cwd=REPO,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "989 TFLOP/s x MFU 0.4" in r.stdout and "small: 124.4M params" in r.stdout

@@ -6,9 +6,9 @@ import math
 
 import pandas as pd
 import pytest
-
-from merit_repro.artifacts.index import CLAIM_COLUMNS
 from synthetic import build, make_artifact, make_report
+
+from merit_repro.report.artifacts.index import CLAIM_COLUMNS
 
 DATA = {"d": {"dataset": "shakespeare", "tokenizer": "bytes"}}
 GRID = {"adamw": [1.0e-3, 2.0e-3, 4.0e-3], "lamb": [4.0e-3, 8.0e-3, 1.6e-2], "merit": [4.0e-3, 8.0e-3, 1.6e-2]}

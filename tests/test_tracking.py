@@ -1,4 +1,4 @@
-"""Live tracking (merit_repro.tracking): the CSVs' rows in TensorBoard, a missing backend named before any job,
+"""Live tracking (merit_repro.train.tracking): the CSVs' rows in TensorBoard, a missing backend named before any job,
 and tracking never part of a cell (switching it on retrains nothing)."""
 
 import csv
@@ -9,12 +9,13 @@ import sys
 
 import pytest
 import yaml
-
-from merit_repro import configfiles, tracking
-from merit_repro.utils import UserError
 from test_train import TINY, cell_file
 from test_workflow import TINY as WORKFLOW_CONFIG
 from test_workflow import copy_workflow, dump_config, snakemake
+
+from merit_repro.config import configfiles
+from merit_repro.train import tracking
+from merit_repro.utils import UserError
 
 
 def csv_rows(path):
@@ -34,8 +35,8 @@ def tensorboard_scalars(run_dir):
 def test_tensorboard_holds_every_row_of_the_csvs_across_a_stop_and_its_resumption(tmp_path, data_dir, monkeypatch):
     """A run stopped at its time budget after step 1, then resumed to the end: its tracker is closed at the
     stop and at the end, and TensorBoard has each CSV row, once, at its step."""
-    from merit_repro.cell import CellConfig
-    from merit_repro.train import EXIT_TIME_BUDGET, Run, Stop
+    from merit_repro.plan.cell import CellConfig
+    from merit_repro.train.loop import EXIT_TIME_BUDGET, Run, Stop
 
     monkeypatch.setenv(tracking.ENV, '{"backend": "tensorboard"}')
     closed, close = [], tracking.TensorBoard.close

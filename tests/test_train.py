@@ -9,8 +9,8 @@ import time
 import pytest
 import yaml
 
-from merit_repro.data import prepare
-from merit_repro.runfiles import TIMING_COLUMNS
+from merit_repro.data.tokens import prepare
+from merit_repro.train.runfiles import TIMING_COLUMNS
 
 TINY = dict(model="demo-tiny", block_size=32, batch_size=8, tokens=8 * 32 * 40, eval_every=10, mal_every=10,
             eval_tokens=2048, mal_batch=2, checkpoint_every=3, lr=3e-3)
@@ -111,8 +111,8 @@ def test_killed_run_resumes_to_identical_metrics(tmp_path, reference_run, sig):
 
 
 def torchrun(config, out, *extra, env=None, grace=()):
-    """The cell on 2 CPU processes (gloo) through merit_repro.torchrun, as the launcher runs a multi-GPU cell."""
-    cmd = [sys.executable, "-m", "merit_repro.torchrun", "--standalone", "--nproc_per_node", "2", *grace,
+    """The cell on 2 CPU processes (gloo) through merit_repro.launch.torchrun, as the launcher runs a multi-GPU cell."""
+    cmd = [sys.executable, "-m", "merit_repro.launch.torchrun", "--standalone", "--nproc_per_node", "2", *grace,
            "-m", "merit_repro.train", "--config", str(config), "--out", str(out), *extra]
     return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
 
@@ -185,7 +185,7 @@ def test_a_stopped_ddp_cell_exits_75_through_torchrun_with_its_checkpoint_and_re
 
 
 def test_torchrun_passes_the_agreed_stop_code_on():
-    from merit_repro.torchrun import stop_code, with_grace
+    from merit_repro.launch.torchrun import stop_code, with_grace
 
     assert stop_code([75, 75]) == 75 and stop_code([143, -15]) == 143 and stop_code([130]) == 130
     assert stop_code([75, 1]) == 1 and stop_code([75, 143]) == 1 and stop_code([1, -15]) == 1
@@ -240,7 +240,7 @@ def test_lambada_in_the_cell_and_evaluate_cli_from_saved_weights(tmp_path, data_
     assert r.returncode == 0, r.stderr
     in_cell = json.loads((tmp_path / "run" / "eval.json").read_text())
     assert in_cell["lambada_examples"] == 2 and in_cell["lambada_ppl"] > 1
-    r = subprocess.run([sys.executable, "-m", "merit_repro.evaluate", "--run", str(tmp_path / "run"), "--lambada-dir",
+    r = subprocess.run([sys.executable, "-m", "merit_repro.train.evaluate", "--run", str(tmp_path / "run"), "--lambada-dir",
                         str(tmp_path / "lambada"), "--out", str(tmp_path / "again.json")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     again = json.loads((tmp_path / "again.json").read_text())
@@ -342,8 +342,8 @@ def test_the_optimizer_gets_the_scheduled_lr_every_step(reference_run):
 
 
 def in_process_run(tmp_path, data_dir, **overrides):
-    from merit_repro.cell import CellConfig
-    from merit_repro.train import Run
+    from merit_repro.plan.cell import CellConfig
+    from merit_repro.train.loop import Run
 
     settings = {**TINY, "data_dir": str(data_dir), "device": "cpu", **overrides}
     return Run(CellConfig.from_dict(settings).validate(), tmp_path / "run")
@@ -372,7 +372,7 @@ def test_validation_loss_is_cross_entropy_over_windows_spread_over_the_split(tmp
     import torch
     import torch.nn.functional as F
 
-    from merit_repro.model import GPT, GPTConfig
+    from merit_repro.models import GPT, GPTConfig
 
     out = tmp_path / "run"
     assert run_cli(cell_file(tmp_path, data_dir, tokens=8 * 32 * 6, save_model=True), out).returncode == 0
@@ -399,9 +399,9 @@ def test_lambada_perplexity_by_hand(tmp_path):
 
     import torch
 
-    from merit_repro.data import prepare
-    from merit_repro.evaluate import lambada
-    from merit_repro.model import GPT, GPTConfig
+    from merit_repro.data.tokens import prepare
+    from merit_repro.models import GPT, GPTConfig
+    from merit_repro.train.evaluate import lambada
 
     texts = ["to be or not to be that is the question", "all the world is a stage", "brevity is the soul of wit"]
     (tmp_path / "l.jsonl").write_text("\n".join(json.dumps({"text": t}) for t in texts))
@@ -439,7 +439,7 @@ def test_fewer_log_points_change_nothing_but_the_timing(tmp_path, data_dir):
 def test_tokens_per_second_counts_training_only(tmp_path, data_dir, monkeypatch):
     """Checkpoints (made slow here), the first step (compilation on a GPU), evaluation and the probe are
     off the training clock."""
-    from merit_repro import checkpoint
+    from merit_repro.train import checkpoint
 
     real_save = checkpoint.save
     monkeypatch.setattr(checkpoint, "save", lambda *args: (time.sleep(0.3), real_save(*args)))
@@ -454,7 +454,7 @@ def test_tokens_per_second_counts_training_only(tmp_path, data_dir, monkeypatch)
 
 
 def test_checkpoints_are_also_written_by_wall_time(tmp_path, data_dir, monkeypatch):
-    from merit_repro import checkpoint
+    from merit_repro.train import checkpoint
 
     saved = []
     monkeypatch.setattr(checkpoint, "save", lambda path, cfg, fingerprints, step, *rest: saved.append(step))

@@ -1,4 +1,4 @@
-"""LR tuning decisions (merit_repro.tuning) and the divergence rule (merit_repro.divergence)."""
+"""LR tuning decisions (merit_repro.plan.tuning) and the divergence rule (merit_repro.train.divergence)."""
 
 import json
 import math
@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from merit_repro import grid, tuning
-from merit_repro.divergence import DivergenceRule, new_state
-from merit_repro.tuning import canonical, decide, next_point, tune
+from merit_repro.plan import grid, tuning
+from merit_repro.plan.tuning import canonical, decide, next_point, tune
+from merit_repro.train.divergence import DivergenceRule, new_state
 
 SPEC = dict(lrs=["1e-3", "2e-3", "4e-3"], grid_seeds=[0], claim_seeds=[1, 2, 3], max_extensions=2,
             extension_factor=2.0, extensions=[], group={})

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from merit_repro import grid
+from merit_repro.plan import grid
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "tests" / "workflow_config.yaml"
@@ -175,7 +175,7 @@ def test_a_bundle_rebuilds_the_report_without_training(finished, tmp_path):
 
 
 def test_a_tampered_or_foreign_bundle_is_refused_before_any_job(finished, tmp_path):
-    from merit_repro import bundle
+    from merit_repro.report import bundle
 
     origin = tmp_path / "origin"
     shutil.copytree(finished, origin, symlinks=True)
@@ -371,7 +371,6 @@ def test_environment_yml_mirrors_pyproject():
 
 def test_the_lock_pins_every_dependency_within_its_range():
     import tomllib
-
     from packaging.requirements import Requirement
 
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]

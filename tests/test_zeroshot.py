@@ -11,7 +11,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 import yaml
-
 from test_train import cell_file, run_cli
 
 lm_eval = pytest.importorskip("lm_eval")
@@ -28,7 +27,7 @@ def run(tmp_path_factory, data_dir):
 
 @pytest.fixture(scope="module")
 def task_dir(tmp_path_factory, data_dir):
-    from merit_repro.tasks import write_next_line_task
+    from merit_repro.evals.tasks import write_next_line_task
 
     out = tmp_path_factory.mktemp("tasks")
     write_next_line_task(data_dir, out, "next_line", examples=40, max_chars=24)
@@ -50,8 +49,8 @@ def direct_loglikelihood(loaded, context, continuation):
 
 
 def test_loglikelihoods_equal_a_direct_computation(run):
-    from merit_repro.harness import RunLM
-    from merit_repro.runmodel import load_run
+    from merit_repro.evals.harness import RunLM
+    from merit_repro.evals.runmodel import load_run
 
     loaded = load_run(run)
     loaded.vocab_size = 200   # as if the model's rows beyond 200 were padding: they must not enter the softmax
@@ -72,7 +71,7 @@ def test_the_next_line_task_is_a_fair_multiple_choice(data_dir, task_dir):
     rows = [json.loads(line) for line in (task_dir / "next_line.jsonl").read_text().splitlines()]
     assert len(rows) == 40 and {len(r["choices"]) for r in rows} == {4}
     assert len({r["label"] for r in rows}) > 1   # the answer is not always first
-    from merit_repro.tasks import validation_documents
+    from merit_repro.evals.tasks import validation_documents
 
     docs = [[line.rstrip() for line in doc.splitlines() if line.strip()] for doc in validation_documents(data_dir)]
     for r in rows:
@@ -89,9 +88,9 @@ def test_lm_eval_gives_the_same_accuracy_with_our_model_and_the_exported_hf_mode
     pytest.importorskip("transformers")
     from lm_eval.models.huggingface import HFLM
 
-    from merit_repro.export import main as export
-    from merit_repro.harness import RunLM
-    from merit_repro.tasks import load_tasks
+    from merit_repro.evals.export import main as export
+    from merit_repro.evals.harness import RunLM
+    from merit_repro.evals.tasks import load_tasks
 
     assert export(["--run", str(run), "--out", str(tmp_path / "hf")]) == 0
     scores = []
@@ -105,7 +104,7 @@ def test_lm_eval_gives_the_same_accuracy_with_our_model_and_the_exported_hf_mode
 
 def zeroshot_cli(*args):
     env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "merit_repro.zeroshot", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "merit_repro.evals.zeroshot", *args], capture_output=True, text=True,
                           env=env)
 
 
@@ -124,7 +123,7 @@ def test_a_task_that_is_not_available_offline_fails_before_the_model_loads(tmp_p
     (no_weights / "summary.json").write_text((run / "summary.json").read_text())   # no model.pt
     r = zeroshot_cli("eval", "--run", str(no_weights), "--tasks", "arc_easy")
     assert r.returncode == 2
-    assert "'arc_easy'" in r.stderr and "merit_repro.zeroshot export --tasks arc_easy" in r.stderr
+    assert "'arc_easy'" in r.stderr and "merit_repro.evals.zeroshot export --tasks arc_easy" in r.stderr
     assert "model.pt" not in r.stderr and "Traceback" not in r.stderr
     r = zeroshot_cli("eval", "--run", str(no_weights), "--tasks", "next_line", "--include", str(tmp_path / "none"))
     assert r.returncode == 2 and "does not exist" in r.stderr
@@ -139,7 +138,7 @@ def test_a_run_without_weights_says_how_to_get_them(tmp_path, run, task_dir):
 
 
 def test_only_claim_seed_cells_of_zeroshot_groups_keep_their_weights():
-    from merit_repro import grid
+    from merit_repro.plan import grid
 
     config = yaml.safe_load(open("config/config.yaml"))
     assert grid.cell_config(config, "S", "262144", "merit", 64, "4e-2", 1)["save_model"] is True   # table1's
@@ -157,8 +156,8 @@ def test_only_claim_seed_cells_of_zeroshot_groups_keep_their_weights():
 def test_an_exported_paper_task_loads_offline_from_a_copied_folder(tmp_path, run):
     """The layout `zeroshot export` writes (placeholders for lm-eval's task files and the folder), copied to
     another place: COPA through lm-eval's own task YAML and its !function helpers, over local JSONL."""
-    from merit_repro.tasks import task_yaml
-    from merit_repro.zeroshot import evaluate
+    from merit_repro.evals.tasks import task_yaml
+    from merit_repro.evals.zeroshot import evaluate
 
     folder = tmp_path / "copied"
     (folder / "copa").mkdir(parents=True)

@@ -1,8 +1,9 @@
-"""Small helpers shared by the CLIs: atomic files, versions, provenance (torch imported only where used,
-so the job launcher starts fast)."""
+"""Small helpers every stage shares: one-line errors for the CLIs, atomic files, versions and provenance.
+Standard library and PyYAML only."""
 
 import errno
 import functools
+import hashlib
 import json
 import math
 import os
@@ -12,6 +13,8 @@ import sys
 import tempfile
 from importlib import metadata
 from pathlib import Path
+
+import yaml
 
 TRACKED_LIBRARIES = ("torch", "numpy", "pandas", "tiktoken", "datasets", "snakemake", "merit-repro")
 
@@ -31,8 +34,6 @@ def cli(main):
     Besides UserError, what a bad file or argument raises at the boundary counts as a user error: a
     missing or unreadable file, undecodable text, malformed YAML/JSON, a value of the wrong kind, a
     full or read-only disk."""
-    import yaml
-
     @functools.wraps(main)
     def wrapper(argv=None):
         try:
@@ -108,44 +109,17 @@ def atomic_write_json(path, obj, indent=2):
     atomic_write_bytes(path, (text + "\n").encode())
 
 
-class _Recording:
-    """A binary file that keeps the OSError its write() raised: torch.save reports a failed write as a
-    RuntimeError ("unexpected pos ..."), which would hide a full disk."""
-
-    def __init__(self, f):
-        self.f, self.error = f, None
-
-    def write(self, data):
-        try:
-            return self.f.write(data)
-        except OSError as err:
-            self.error = err
-            raise
-
-    def __getattr__(self, name):
-        return getattr(self.f, name)
+def sha256_bytes(data):
+    return hashlib.sha256(data).hexdigest()
 
 
-def atomic_torch_save(obj, path):
-    """torch.save to a temporary file beside path, fsync, then rename; a failed write (a full disk)
-    leaves neither a temporary file nor a damaged path, and raises the OSError that stopped it."""
-    import torch
-
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    recording = None
-    try:
-        with open(tmp, "wb") as f:
-            recording = _Recording(f)
-            torch.save(obj, recording)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as err:
-        tmp.unlink(missing_ok=True)
-        if recording is not None and recording.error is not None:
-            raise named_error(recording.error, path) from None
-        raise named_error(err, path)
+def sha256_file(path, block=1 << 24):
+    """The sha256 of a file read in blocks (token files are gigabytes)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(block):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def read_json(path):
@@ -175,13 +149,3 @@ def git_commit():
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return (commit or "unknown") + ("+dirty" if dirty else "")
-
-
-def describe_device(device):
-    import torch
-
-    device = torch.device(device)
-    if device.type == "cuda":
-        props = torch.cuda.get_device_properties(device)
-        return f"cuda:{device.index or 0} {props.name} ({props.total_memory / 2**30:.0f} GiB), CUDA {torch.version.cuda}"
-    return f"cpu {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads"

@@ -1,4 +1,4 @@
-# Results bundles (merit_repro.bundle): `snakemake bundle` packs what the report reads; with `--config bundle=PATH`
+# Results bundles (merit_repro.report.bundle): `snakemake bundle` packs what the report reads; with `--config bundle=PATH`
 # the report is rebuilt from one, its files unpacked where training and tuning would have put them.
 
 
@@ -8,18 +8,18 @@ localrules:
 
 rule bundle:
     input:
-        tables=multiext(f"{RESULTS}/tables/", "runs.csv", "cells.csv", "best_lr.csv"),
+        tables=[paths.table(RESULTS, name) for name in paths.TABLE_FILES],
         decisions=tuned_groups(),
         data=used_corpora(),
         zeroshot=zeroshot_outputs(),
     output:
-        f"{RESULTS}/bundle/{BUNDLE_NAME}.tar.gz",
+        paths.bundle(RESULTS, BUNDLE_NAME),
     log:
-        f"{RESULTS}/logs/bundle/{BUNDLE_NAME}.log",
+        paths.log(RESULTS, "bundle", BUNDLE_NAME),
     conda:
         ENV
     params:
-        results=lambda wc, input: str(Path(input.tables[0]).parents[1]),
+        results=lambda wc, input: str(paths.results_of_table(input.tables[0])),
         config=grid.sorted_dict(config),
         lock=str(Path(workflow.basedir) / "requirements-lock.txt"),
     script:
@@ -39,11 +39,11 @@ if BUNDLE:
             data=used_corpora(),
             zeroshot=zeroshot_outputs(),
         log:
-            f"{RESULTS}/logs/bundle/unpack.log",
+            paths.log(RESULTS, "bundle", "unpack"),
         conda:
             ENV
         params:
             python=PYTHON,
-            results=lambda wc, output: str(Path(output.data[0]).parents[2]),  # results/data/<corpus>/meta.json
+            results=lambda wc, output: str(paths.results_of_corpus(output.data[0])),
         shell:
-            "{params.python:q} -m merit_repro.bundle unpack {input:q} --into {params.results:q} > {log:q} 2>&1"
+            "{params.python:q} -m merit_repro.report.bundle unpack {input:q} --into {params.results:q} > {log:q} 2>&1"

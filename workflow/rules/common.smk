@@ -4,6 +4,7 @@ import math
 import os
 import re
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 
@@ -16,8 +17,13 @@ os.environ.update(PYTHONPATH=os.pathsep.join([SRC, *filter(None, [os.environ.get
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from merit_repro import bundle, configfiles, grid, tracking
-from merit_repro.optim_names import OPTIMIZER_NAMES
+from merit_repro.config import configfiles
+from merit_repro.config.registry import ARTIFACTS, OPTIMIZER_NAMES
+from merit_repro.plan import grid, paths, runtime
+from merit_repro.plan.cell import split_settings
+from merit_repro.plan.validate import corpus_problems, optimizer_settings, validate as check_config
+from merit_repro.report import bundle
+from merit_repro.train import tracking
 from merit_repro.utils import UserError
 
 SCHEMA = str(Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml")
@@ -35,7 +41,7 @@ try:  # refused before any job unless it verifies and was made with this config;
 except UserError as err:
     raise WorkflowError(str(err)) from None
 try:
-    grid.validate(config)
+    check_config(config)
 except ValueError as err:  # the key path and the fix, without a traceback
     raise WorkflowError(str(err)) from None
 try:  # a tracking backend that is not installed fails here, naming its package, not in every training job
@@ -43,23 +49,50 @@ try:  # a tracking backend that is not installed fails here, naming its package,
         tracking.check_available(config["tracking"]["backend"])
 except UserError as err:
     raise WorkflowError(str(err)) from None
-# Live tracking reaches the trainers through their environment (merit_repro.tracking), never a cell's config or
+# Live tracking reaches the trainers through their environment (merit_repro.train.tracking), never a cell's config or
 # a rule's params: switching it on or off retrains nothing.
 os.environ[tracking.ENV] = json.dumps(config["tracking"], sort_keys=True)
+
+
+def preflight(log):
+    """When a run starts (not while the workflow is parsed, and not in a dry run): corpora prepared with other
+    options than the config's, and every optimizer setting built once (merit_repro.optim.check, which needs
+    torch). Any problem stops the run before its first job, one `error:` line each."""
+    if BUNDLE:  # a rebuild from a bundle trains nothing and reads no corpus
+        return
+    settings = json.dumps(optimizer_settings(config), sort_keys=True)
+    built = subprocess.run(
+        [PYTHON, "-m", "merit_repro.optim.check", "--settings", settings], capture_output=True, text=True
+    )
+    problems = corpus_problems(config) + [
+        line.removeprefix("error: ") for line in built.stderr.splitlines() if line.startswith("error: ")
+    ]
+    if built.returncode and not problems:
+        problems = [f"the optimizer check failed: {built.stderr.strip()[-500:]}"]
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    if problems:
+        sys.exit(1)
+
+
+onstart:
+    preflight(log)
+
 
 PYTHON = sys.executable  # the interpreter running Snakemake, so jobs see the same packages
 ENV = "../../environment.yml"  # with --use-conda (sdm conda); relative to the rule files
 PAPER_NUMBERS = str(Path(workflow.basedir) / "workflow" / "resources" / "paper_numbers.csv")
 RESULTS = config["results"]
 FIGURES = config["figures"]
-CELL = "{model}/{tokens}/{optimizer}/bs{batch}/lr{lr}/seed{seed}"
-GROUP = "{experiment}/{model}/{optimizer}/bs{batch}"
+# Wildcard patterns of a cell and of a tuned group (merit_repro.plan.paths lays the results folder out)
+CELL_PATH = paths.cell_path("{model}", "{tokens}", "{optimizer}", "{batch}", "{lr}", "{seed}")
+GROUP_PATH = paths.group_path("{experiment}", "{model}", "{optimizer}", "{batch}")
+RUN_DIR = paths.run_dir(RESULTS, "{model}", "{tokens}", "{optimizer}", "{batch}", "{lr}", "{seed}")
 GROUPS = grid.all_groups(config)
 TUNING_OWNERS = grid.tuning_owners(config)
-RUN_FILES = ["summary.json", "eval.json", "metrics.csv", "mal.csv", "diagnostics.csv"]
 BUNDLE_NAME = config.get("bundle_name") or (Path(workflow.configfiles[-1]).stem if workflow.configfiles else "results")
 ZEROSHOT = grid.zeroshot_settings(config)
-ZEROSHOT_TASKS = f"{RESULTS}/zeroshot_tasks"
+ZEROSHOT_TASKS = paths.zeroshot_tasks(RESULTS)
 ZEROSHOT_OFFLINE = "HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 " if ZEROSHOT["offline"] else ""
 MAX_TUNING_ROUNDS = 1000  # far above what any grid needs: each round adds at least one new cell
 
@@ -77,7 +110,7 @@ wildcard_constraints:
     seed=r"[0-9]+",
     dataset=_alternatives(config["data"]),
     experiment=_alternatives(config["experiments"]),
-    artifact=_alternatives(grid.ARTIFACTS),
+    artifact=_alternatives(ARTIFACTS),
     round=r"[0-9]+",
 
 
@@ -85,7 +118,7 @@ def run_dir(cell):
     return cell.path(RESULTS)
 
 
-def cell_settings(wildcards):
+def cell_of(wildcards):
     return grid.cell_config(
         config, wildcards.model, wildcards.tokens, wildcards.optimizer, wildcards.batch, wildcards.lr, wildcards.seed
     )
@@ -103,7 +136,7 @@ def prepare_args(dataset, out, threads):
 
 def cell_data(wildcards):
     """The prepared corpora a cell reads (and LAMBADA when configured for its tokenizer)."""
-    settings = cell_settings(wildcards)
+    settings = cell_of(wildcards)
     inputs = [f"{settings['data_dir']}/meta.json"]
     if settings["lambada_dir"]:
         inputs.append(f"{settings['lambada_dir']}/meta.json")
@@ -113,7 +146,7 @@ def cell_data(wildcards):
 def job_minutes(wildcards, attempt):
     """Wall time of one training job: the cell's FLOPs at a conservative rate (more at each retry), never
     more than max_job_minutes, the partition's limit; a longer cell runs as a chain of jobs."""
-    minutes = grid.runtime_minutes(config, wildcards.model, wildcards.tokens) * attempt
+    minutes = runtime.runtime_minutes(config, wildcards.model, wildcards.tokens) * attempt
     limit = config.get("max_job_minutes")
     return min(minutes, limit) if limit else minutes
 
@@ -123,7 +156,7 @@ def time_budget_seconds(wildcards, attempt):
     return round(60 * job_minutes(wildcards, attempt), 1) if config.get("max_job_minutes") else 0
 
 
-# ---------------------------------------------------------------- LR tuning (merit_repro.tuning)
+# ---------------------------------------------------------------- LR tuning (merit_repro.plan.tuning)
 # Each group (experiment, model, optimizer, batch) is tuned in rounds: round k's checkpoint job reads the
 # results of the cells trained so far and decides the next cells (a grid extension, claim seeds) or that
 # the group is done. Groups are tuned in parallel; groups of several experiments that train the same cells
@@ -187,7 +220,7 @@ def final_round(wildcards):
 def final_runs(wildcards):
     """Every run file of the cells a tuned group kept."""
     group, (_, decision) = group_of(wildcards), final_round(wildcards)
-    return [f"{cell_dir(group, c['lr'], c['seed'])}/{name}" for c in decision["cells"] for name in RUN_FILES]
+    return [f"{cell_dir(group, c['lr'], c['seed'])}/{name}" for c in decision["cells"] for name in paths.RUN_FILES]
 
 
 def zeroshot_runs(wildcards):
@@ -219,14 +252,14 @@ def zeroshot_args(wildcards):
 def zeroshot_outputs(experiment=None):
     """The zeroshot files of every group (of one experiment) that a zeroshot artifact reads."""
     return [
-        grid.zeroshot_file(RESULTS, g.experiment, g.model, g.optimizer, g.batch)
+        paths.zeroshot_file(RESULTS, g.experiment, g.model, g.optimizer, g.batch)
         for g in grid.zeroshot_groups(config)
         if experiment in (None, g.experiment)
     ]
 
 
 def artifact_extra(wildcards):
-    return zeroshot_outputs(wildcards.experiment) if wildcards.artifact == "zeroshot" else []
+    return zeroshot_outputs(wildcards.experiment) if ARTIFACTS[wildcards.artifact].needs_zeroshot else []
 
 
 def tuned_groups():
@@ -248,12 +281,12 @@ def used_corpora():
 
 def experiment_artifacts(name):
     exp = config["experiments"][name]
-    artifacts = [a for a in exp.get("artifacts", []) if a != "lambada_ppl_vs_batch" or config.get("lambada")]
+    artifacts = [a for a in exp.get("artifacts", []) if not ARTIFACTS[a].needs_lambada or config.get("lambada")]
     return [f"{FIGURES}/{a}/{name}" for a in artifacts]
 
 
 def final_outputs():
-    outputs = [f"{RESULTS}/tables/best_lr.csv", f"{FIGURES}/README.md", f"{FIGURES}/claims.csv"]
+    outputs = [paths.table(RESULTS, "best_lr.csv"), f"{FIGURES}/README.md", f"{FIGURES}/claims.csv"]
     for name in config["experiments"]:
         outputs += [f"{prefix}{ext}" for prefix in experiment_artifacts(name) for ext in (".png", ".md")]
     return outputs

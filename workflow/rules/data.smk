@@ -3,9 +3,9 @@
 
 rule prepare_data:
     output:
-        meta=f"{RESULTS}/data/{{dataset}}/meta.json",
+        meta=f"{paths.data_dir(RESULTS, '{dataset}')}/meta.json",
     log:
-        f"{RESULTS}/logs/data/{{dataset}}.log",
+        paths.log(RESULTS, "data", "{dataset}"),
     conda:
         ENV
     threads: 4

@@ -16,15 +16,15 @@ rule collect_runs:
         decisions=tuned_groups(),
         data=used_corpora(),
     output:
-        runs=f"{RESULTS}/tables/runs.csv",
-        cells=f"{RESULTS}/tables/cells.csv",
+        runs=paths.table(RESULTS, "runs.csv"),
+        cells=paths.table(RESULTS, "cells.csv"),
     log:
-        f"{RESULTS}/logs/report/collect_runs.log",
+        paths.log(RESULTS, "report", "collect_runs"),
     conda:
         ENV
     params:
-        results=lambda wc, output: str(Path(output.runs).parents[1]),
-        mal_threshold=config["report"].get("mal_threshold", 100),
+        results=lambda wc, output: str(paths.results_of_table(output.runs)),
+        mal_threshold=config["report"]["mal_threshold"],
         expected=configured_groups(),
     script:
         "../scripts/collect_runs.py"
@@ -33,11 +33,11 @@ rule collect_runs:
 rule select_best_lr:
     input:
         decisions=tuned_groups(),
-        runs=f"{RESULTS}/tables/runs.csv",
+        runs=paths.table(RESULTS, "runs.csv"),
     output:
-        f"{RESULTS}/tables/best_lr.csv",
+        paths.table(RESULTS, "best_lr.csv"),
     log:
-        f"{RESULTS}/logs/report/select_best_lr.log",
+        paths.log(RESULTS, "report", "select_best_lr"),
     conda:
         ENV
     script:
@@ -46,9 +46,9 @@ rule select_best_lr:
 
 rule artifact:
     input:
-        runs=f"{RESULTS}/tables/runs.csv",
-        cells=f"{RESULTS}/tables/cells.csv",
-        best=f"{RESULTS}/tables/best_lr.csv",
+        runs=paths.table(RESULTS, "runs.csv"),
+        cells=paths.table(RESULTS, "cells.csv"),
+        best=paths.table(RESULTS, "best_lr.csv"),
         paper=PAPER_NUMBERS,
         extra=artifact_extra,
     output:
@@ -61,7 +61,7 @@ rule artifact:
         ),
         pdf=f"{FIGURES}/{{artifact}}/{{experiment}}.pdf",
     log:
-        f"{RESULTS}/logs/report/{{artifact}}/{{experiment}}.log",
+        paths.log(RESULTS, "report", "{artifact}/{experiment}"),
     conda:
         ENV
     params:
@@ -79,7 +79,7 @@ rule figures_readme:
         readme=report(f"{FIGURES}/README.md", caption="../report/readme.rst", category="index"),
         claims=report(f"{FIGURES}/claims.csv", caption="../report/readme.rst", category="index"),
     log:
-        f"{RESULTS}/logs/report/figures_readme.log",
+        paths.log(RESULTS, "report", "figures_readme"),
     conda:
         ENV
     script:

@@ -1,22 +1,18 @@
 # One job per cell: python -m merit_repro.train (torchrun when the model asks for several GPUs). Its shell is one
 # command, so the trainer itself gets the scheduler's signals (its `error:` line is the log's last).
 # ckpt.pt lives beside the outputs but is not declared, so a failed or preempted job resumes from it.
-# Then, per group of cells (experiment, model, optimizer, batch), the LR tuning rounds (merit_repro.tuning).
+# Then, per group of cells (experiment, model, optimizer, batch), the LR tuning rounds (merit_repro.plan.tuning).
 
 
 rule train:
     input:
         cell_data,
     output:
-        summary=f"{RESULTS}/runs/{CELL}/summary.json",
-        eval=f"{RESULTS}/runs/{CELL}/eval.json",
-        metrics=f"{RESULTS}/runs/{CELL}/metrics.csv",
-        mal=f"{RESULTS}/runs/{CELL}/mal.csv",
-        diagnostics=f"{RESULTS}/runs/{CELL}/diagnostics.csv",
+        **paths.run_outputs(RUN_DIR),
     log:
-        f"{RESULTS}/logs/train/{CELL}.log",
+        paths.log(RESULTS, "train", CELL_PATH),
     benchmark:
-        f"{RESULTS}/benchmarks/train/{CELL}.tsv"
+        paths.benchmark(RESULTS, "train", CELL_PATH)
     conda:
         ENV
     threads: 1
@@ -25,13 +21,16 @@ rule train:
         mem_mb=lambda wc, attempt: 4000 * attempt,
         runtime=lambda wc, attempt: math.ceil(job_minutes(wc, attempt)),
         time_budget_s=lambda wc, attempt: time_budget_seconds(wc, attempt),
+        # how the cell runs (save_model, compile, ...): a resource, so that changing it retrains nothing
+        run_settings=lambda wc: json.dumps(split_settings(cell_of(wc))[1], sort_keys=True),
     params:
         python=PYTHON,
-        cell=lambda wc: json.dumps(cell_settings(wc), sort_keys=True),
+        cell=lambda wc: json.dumps(split_settings(cell_of(wc))[0], sort_keys=True),
         gpus=lambda wc: grid.model_gpus(config, wc.model),
         out_dir=lambda wc, output: str(Path(output.summary).parent),
     shell:
-        "{params.python:q} -m merit_repro.launch --cell {params.cell:q} --out {params.out_dir:q} "
+        "{params.python:q} -m merit_repro.launch --cell {params.cell:q} --run-settings {resources.run_settings:q} "
+        "--out {params.out_dir:q} "
         "--gpus {params.gpus} --threads {threads} --time-budget-seconds {resources.time_budget_s} > {log:q} 2>&1"
 
 
@@ -42,16 +41,16 @@ checkpoint tune_lr:
     input:
         tune_inputs,
     output:
-        f"{RESULTS}/tuning/{GROUP}/round{{round}}.json",
+        paths.tuning_round(RESULTS, "{experiment}", "{model}", "{optimizer}", "{batch}", "{round}"),
     log:
-        f"{RESULTS}/logs/tuning/{GROUP}/round{{round}}.log",
+        paths.log(RESULTS, "tuning", f"{GROUP_PATH}/round{{round}}"),
     conda:
         ENV
     params:
         python=PYTHON,
         spec=tune_spec,
     shell:
-        "{params.python:q} -m merit_repro.tuning --spec {params.spec:q} --out {output:q} > {log:q} 2>&1"
+        "{params.python:q} -m merit_repro.plan.tuning --spec {params.spec:q} --out {output:q} > {log:q} 2>&1"
         " || {{ code=$?; grep '^error: ' {log:q} >&2 || true; exit $code; }}"
 
 
@@ -62,14 +61,14 @@ rule tuned_group:
         decision=lambda wc: final_round(wc)[0],
         runs=final_runs,
     output:
-        f"{RESULTS}/tuning/{GROUP}/final.json",
+        paths.tuning_final(RESULTS, "{experiment}", "{model}", "{optimizer}", "{batch}"),
     log:
-        f"{RESULTS}/logs/tuning/{GROUP}/final.log",
+        paths.log(RESULTS, "tuning", f"{GROUP_PATH}/final"),
     conda:
         ENV
     params:
         python=PYTHON,
         group=lambda wc: json.dumps(grid.tuning_spec(config, group_of(wc))["group"], sort_keys=True),
     shell:
-        "{params.python:q} -m merit_repro.tuning --adopt {input.decision:q} --group {params.group:q} "
+        "{params.python:q} -m merit_repro.plan.tuning --adopt {input.decision:q} --group {params.group:q} "
         "--out {output:q} > {log:q} 2>&1 || {{ code=$?; grep '^error: ' {log:q} >&2 || true; exit $code; }}"

@@ -1,4 +1,4 @@
-# Table 1: zero-shot accuracy through lm-evaluation-harness (merit_repro.zeroshot). One job per tuned group of an
+# Table 1: zero-shot accuracy through lm-evaluation-harness (merit_repro.evals.zeroshot). One job per tuned group of an
 # experiment with the zeroshot artifact scores its best-LR claim-seed cells, whose final weights the trainer kept
 # (grid.keeps_weights); local stand-in tasks are built from a corpus's validation split first.
 
@@ -10,7 +10,7 @@ rule zeroshot_task:
         yaml=f"{ZEROSHOT_TASKS}/{{task}}.yaml",
         jsonl=f"{ZEROSHOT_TASKS}/{{task}}.jsonl",
     log:
-        f"{RESULTS}/logs/zeroshot/task_{{task}}.log",
+        paths.log(RESULTS, "zeroshot", "task_{task}"),
     conda:
         ENV
     params:
@@ -19,22 +19,22 @@ rule zeroshot_task:
         spec=lambda wc: ZEROSHOT["local_tasks"][wc.task],
         out=lambda wc, output: str(Path(output.yaml).parent),
     shell:
-        "{params.python:q} -m merit_repro.zeroshot next-line --data {params.data:q} --out {params.out:q} "
+        "{params.python:q} -m merit_repro.evals.zeroshot next-line --data {params.data:q} --out {params.out:q} "
         "--name {wildcards.task} --examples {params.spec[examples]} --max-chars {params.spec[max_chars]} "
         "--seed {params.spec[seed]} > {log:q} 2>&1"
 
 
 rule zeroshot:
     input:
-        decision=f"{RESULTS}/tuning/{GROUP}/final.json",
+        decision=paths.tuning_final(RESULTS, "{experiment}", "{model}", "{optimizer}", "{batch}"),
         runs=zeroshot_runs,
         tasks=[f"{ZEROSHOT_TASKS}/{task}.yaml" for task in ZEROSHOT["local_tasks"]],
     output:
-        grid.zeroshot_file(RESULTS, "{experiment}", "{model}", "{optimizer}", "{batch}"),
+        paths.zeroshot_file(RESULTS, "{experiment}", "{model}", "{optimizer}", "{batch}"),
     log:
-        f"{RESULTS}/logs/zeroshot/{GROUP}.log",
+        paths.log(RESULTS, "zeroshot", GROUP_PATH),
     benchmark:
-        f"{RESULTS}/benchmarks/zeroshot/{GROUP}.tsv"
+        paths.benchmark(RESULTS, "zeroshot", GROUP_PATH)
     conda:
         ENV
     threads: 1
@@ -48,6 +48,6 @@ rule zeroshot:
         runs=lambda wc, input: run_flags(input.runs),
         device=lambda wc: "" if grid.model_gpus(config, wc.model) else "--device cpu",
     shell:
-        "{params.offline}OMP_NUM_THREADS={threads} {params.python:q} -m merit_repro.zeroshot eval {params.runs} "
+        "{params.offline}OMP_NUM_THREADS={threads} {params.python:q} -m merit_repro.evals.zeroshot eval {params.runs} "
         "{params.args} {params.device} --out {output:q} > {log:q} 2>&1"
         " || {{ code=$?; grep '^error: ' {log:q} >&2 || true; exit $code; }}"

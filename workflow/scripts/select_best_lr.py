@@ -1,5 +1,5 @@
 """Tuned groups + runs.csv -> results/tables/best_lr.csv: per (experiment, model, optimizer, batch) the best
-LR, its grid (with extensions) and the run metrics at the best LR over its seeds (merit_repro.tables)."""
+LR, its grid (with extensions) and the run metrics at the best LR over its seeds (merit_repro.report.tables)."""
 import json
 import sys
 
@@ -7,7 +7,7 @@ sys.stderr = sys.stdout = open(snakemake.log[0], "w")
 
 import pandas as pd  # noqa: E402
 
-from merit_repro.tables import best_lr_table  # noqa: E402
+from merit_repro.report.tables import best_lr_table  # noqa: E402
 
 decisions = [json.loads(open(path).read()) for path in snakemake.input.decisions]
 runs = pd.read_csv(snakemake.input.runs, dtype={"lr": str, "tokens": str})

@@ -1,40 +1,31 @@
 """Optimizers the experiments compare, by name: ``build(name, params, **hparams)``.
 
-| name                 | what it is                                                             |
-|----------------------|------------------------------------------------------------------------|
-| adamw                | torch.optim.AdamW                                                      |
-| lamb                 | LAMB, cybertronai semantics (see ``Lamb``)                             |
-| merit                | MERIT, official semantics (see ``MERIT``)                              |
-| maxlamb              | MERIT's max-norm tensor ratio only: no element-wise ratio, no clip     |
-| merit_noclip         | MERIT without the element-wise clip (Figure 7)                         |
-| merit_nofloor        | MERIT without the tensor-ratio floor on the element-wise ratio (Fig 7) |
-| merit_noelementwise  | MERIT with the tensor ratio only, clip kept (Figure 7)                 |
+The names, their classes and the switches each name fixes are listed once, in
+``merit_repro.config.registry.OPTIMIZERS``: adamw is torch.optim.AdamW, lamb is LAMB with cybertronai
+semantics (``Lamb``), merit is MERIT with the official semantics (``MERIT``), and maxlamb, merit_noclip,
+merit_nofloor and merit_noelementwise are MERIT with switches off (Figure 7).
 """
+
+import importlib
 
 import torch
 
-from ..optim_names import OPTIMIZER_NAMES
+from merit_repro.config.registry import OPTIMIZERS
+
 from .lamb import Lamb
 from .merit import MERIT
 
-# name -> (class, switches fixed by the name)
-OPTIMIZERS = {
-    "adamw": (torch.optim.AdamW, {}),
-    "lamb": (Lamb, {}),
-    "merit": (MERIT, {}),
-    "maxlamb": (MERIT, {"elementwise": False, "clip": False}),
-    "merit_noclip": (MERIT, {"clip": False}),
-    "merit_nofloor": (MERIT, {"weight_floor": False}),
-    "merit_noelementwise": (MERIT, {"elementwise": False}),
-}
-assert tuple(OPTIMIZERS) == OPTIMIZER_NAMES, "merit_repro.optim_names lists the same optimizers"
+
+def optimizer_class(name):
+    spec = OPTIMIZERS[name]
+    return getattr(importlib.import_module(spec.module), spec.cls)
 
 
 def build(name, params, **hparams):
     """The optimizer called ``name`` over ``params`` (tensors or param groups)."""
     if name not in OPTIMIZERS:
         raise ValueError(f"Unknown optimizer {name!r}; known optimizers: {', '.join(sorted(OPTIMIZERS))}")
-    cls, fixed = OPTIMIZERS[name]
+    cls, fixed = optimizer_class(name), OPTIMIZERS[name].fixed
     for key, value in fixed.items():
         if key in hparams and hparams[key] != value:
             raise ValueError(f"Optimizer {name!r} fixes {key}={value}; remove {key}={hparams[key]} from its hparams")
@@ -71,4 +62,4 @@ def param_groups(model, weight_decay, decay_min_dim=2, no_decay=()):
     return [g for g in groups if g["params"]]
 
 
-__all__ = ["MERIT", "Lamb", "OPTIMIZERS", "build", "fastest_on", "param_groups"]
+__all__ = ["MERIT", "Lamb", "OPTIMIZERS", "build", "fastest_on", "optimizer_class", "param_groups"]

@@ -1,0 +1,262 @@
+"""Export a finished run as a HuggingFace ``transformers`` GPT-2 (``GPT2LMHeadModel``), for ``from_pretrained``
+and ``lm_eval --model hf``, e.g. for the perplexity and generation tasks that ``merit-run`` (merit_repro.evals.harness)
+refuses:
+
+    python -m merit_repro.evals.export --run results/runs/<cell> --out results/hf/<cell> [--dtype bfloat16] [--force]
+    lm_eval --model hf --model_args pretrained=results/hf/<cell> --tasks wikitext
+
+HF_DIR gets config.json and model.safetensors (save_pretrained), merit_repro.json (the run directory, the commit
+of the code that trained it, its cell and model config) and the run's tokenizer, built offline:
+  - gpt2: tokenizer.json from tiktoken's ranks file (its vocabulary and merges, GPT-2's pre-tokenizer regex), which
+    gives the ids of tiktoken's encode_ordinary; eos and bos are <|endoftext|> (50256).
+  - bytes: tokenizer.json whose ids are a text's UTF-8 bytes; eos and bos are byte 0 (NUL, the run's document
+    separator).
+  - any other (t5): no tokenizer is written; TOKENIZER.md says to pass one, `--model_args
+    pretrained=HF_DIR,tokenizer=PATH_OR_HUB_NAME` (e.g. the run's tokenizer.json folder, or google-t5/t5-base).
+With the tokenizer in HF_DIR, lm_eval --model hf needs no internet (set HF_HUB_OFFLINE=1 to be sure).
+
+The model is ours exactly: the vocabulary cut to the tokenizer's (the padding rows dropped), the positions to the
+context the run trained with (n_positions), exact GELU, LayerNorm eps 1e-5, zero biases where ours have none, the
+lm_head tied to the token embedding. QK-norm models and Llama-family runs are refused: GPT-2 has no LayerNorm on
+q and k, and exporting to LlamaForCausalLM is not implemented. An existing HF_DIR is replaced only with --force;
+the export is written beside it (.HF_DIR.tmp-PID) and renamed into place, so a killed export leaves no
+half-written HF_DIR (only that folder, to delete).
+"""
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+
+from merit_repro.models import config_from_dict
+from merit_repro.plan.records import read_summary
+from merit_repro.utils import UserError, cli, current_umask, git_commit, read_json
+
+from .runmodel import load_run
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+PROVENANCE = "merit_repro.json"
+TOKENIZER_NOTE = "TOKENIZER.md"
+
+
+def check_exportable(model_config):
+    """A UserError unless the model is a GPT-2 that GPT2LMHeadModel computes exactly."""
+    if model_config.family == "llama":
+        raise UserError("the run is a Llama-family model: exporting to LlamaForCausalLM is not implemented "
+                        "(only GPT-2 runs export, to GPT2LMHeadModel)")
+    if model_config.family != "gpt2":
+        raise UserError(f"the run's model family {model_config.family!r} has no HuggingFace export")
+    if model_config.qk_norm:
+        raise UserError("the run's model has QK-LayerNorm (qk_norm: true), which GPT-2's architecture lacks "
+                        "(no LayerNorm on q and k): GPT2LMHeadModel would compute another function")
+
+
+def check_out(out, run_dir, force):
+    if out.resolve() in (run_dir.resolve(), *run_dir.resolve().parents):
+        raise UserError(f"--out {out} is the run directory or holds it: choose a folder outside the run")
+    if (out.is_dir() and any(out.iterdir())) or (out.exists() and not out.is_dir()):
+        if not force:
+            raise UserError(f"{out} already exists and is not empty; pass --force to replace it, or choose another "
+                            "--out")
+
+
+def hf_config(run):
+    from transformers import GPT2Config
+
+    cfg = run.model.config
+    return GPT2Config(vocab_size=run.vocab_size, n_positions=run.block_size, n_embd=cfg.n_embd, n_layer=cfg.n_layer,
+                      n_head=cfg.n_head, n_inner=4 * cfg.n_embd, activation_function="gelu",
+                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=1e-5,
+                      scale_attn_weights=True, scale_attn_by_inverse_layer_idx=False, reorder_and_upcast_attn=False,
+                      tie_word_embeddings=True, use_cache=True, bos_token_id=run.tokenizer.eot,
+                      eos_token_id=run.tokenizer.eot, architectures=["GPT2LMHeadModel"])
+
+
+def _bias(module, size):
+    return module.bias.detach() if module.bias is not None else torch.zeros(size)
+
+
+def hf_state_dict(run):
+    """Our weights under GPT2LMHeadModel's names; its Conv1D weights are (in, out), our Linear's (out, in)."""
+    t = run.model.transformer
+    wte = t.wte.weight.detach()[:run.vocab_size]
+    state = {"transformer.wte.weight": wte, "transformer.wpe.weight": t.wpe.weight.detach()[:run.block_size],
+             "lm_head.weight": wte}
+    norms = {"ln_f": t.ln_f}
+    linears = {}
+    for i, block in enumerate(t.h):
+        norms.update({f"h.{i}.ln_1": block.ln_1, f"h.{i}.ln_2": block.ln_2})
+        linears.update({f"h.{i}.attn.c_attn": block.attn.c_attn, f"h.{i}.attn.c_proj": block.attn.c_proj,
+                        f"h.{i}.mlp.c_fc": block.mlp.c_fc, f"h.{i}.mlp.c_proj": block.mlp.c_proj})
+    for name, ln in norms.items():
+        state[f"transformer.{name}.weight"] = ln.weight.detach()
+        state[f"transformer.{name}.bias"] = _bias(ln, ln.weight.numel())
+    for name, lin in linears.items():
+        state[f"transformer.{name}.weight"] = lin.weight.detach().t()
+        state[f"transformer.{name}.bias"] = _bias(lin, lin.out_features)
+    return {k: v.contiguous().clone() for k, v in state.items()}
+
+
+def hf_model(run, dtype=torch.float32):
+    from transformers import GPT2LMHeadModel
+
+    model = GPT2LMHeadModel(hf_config(run))
+    missing, unexpected = model.load_state_dict(hf_state_dict(run), strict=False)
+    if missing or unexpected:   # a transformers whose GPT-2 has other parameters: never save a half-copied model
+        raise RuntimeError(f"GPT2LMHeadModel's parameters do not match ours: missing {missing}, unexpected "
+                           f"{unexpected}")
+    model.tie_weights()
+    return model.to(dtype).eval()
+
+
+# ---------------------------------------------------------------- tokenizers
+
+
+def gpt2_tokenizer(tokenizer):
+    """tiktoken's GPT-2 BPE as a ``tokenizers`` BPE. The byte-level vocabulary maps each token's bytes through
+    GPT-2's bytes_to_unicode; every split of a token into two tokens is a merge, ranked by the merged token, so
+    that BPE merges the pair whose result ranks lowest, as tiktoken does (ignore_merges: a pre-token that is
+    itself a token stays whole, also as tiktoken does)."""
+    from tiktoken_ext.openai_public import r50k_pat_str
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, pre_tokenizers
+    from tokenizers.models import BPE
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    ranks = {tokenizer.encoding.decode_single_token_bytes(i): i for i in range(tokenizer.eot)}
+    chars = bytes_to_unicode()
+
+    def text(b):
+        return "".join(chars[c] for c in b)
+
+    merges = sorted((rank, ranks[token[:i]], text(token[:i]), text(token[i:]))
+                    for token, rank in ranks.items() for i in range(1, len(token))
+                    if token[:i] in ranks and token[i:] in ranks)
+    bpe = Tokenizer(BPE({text(t): r for t, r in ranks.items()}, [(a, b) for *_, a, b in merges], fuse_unk=False,
+                        ignore_merges=True))
+    bpe.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(r50k_pat_str), behavior="isolated"),
+                                                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    bpe.decoder = decoders.ByteLevel()
+    bpe.add_special_tokens([AddedToken("<|endoftext|>", special=True, normalized=False)])
+    return bpe, "<|endoftext|>"
+
+
+def bytes_tokenizer(tokenizer):
+    """UTF-8 bytes: BPE without merges whose vocabulary is byte fallback's <0x01>..<0xFF>, and NUL itself as
+    token 0, so that it can be the special eos token while a NUL in a text is still byte 0."""
+    from tokenizers import AddedToken, Tokenizer, decoders
+    from tokenizers.models import BPE
+
+    vocab = {"\x00": 0, **{f"<0x{b:02X}>": b for b in range(1, 256)}}
+    bpe = Tokenizer(BPE(vocab, [], byte_fallback=True, fuse_unk=False))
+    bpe.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Fuse()])
+    bpe.add_special_tokens([AddedToken("\x00", special=True, normalized=False)])
+    return bpe, "\x00"
+
+
+BUILDERS = {"gpt2": gpt2_tokenizer, "bytes": bytes_tokenizer}
+
+
+def hf_tokenizer(run):
+    """The run's tokenizer as a transformers tokenizer, or None where there is no offline one."""
+    from transformers import PreTrainedTokenizerFast
+
+    builder = BUILDERS.get(run.tokenizer.name)
+    if builder is None:
+        return None
+    bpe, eot = builder(run.tokenizer)
+    if bpe.token_to_id(eot) != run.tokenizer.eot or bpe.get_vocab_size() != run.vocab_size:
+        raise RuntimeError(f"the {run.tokenizer.name} tokenizer built for HuggingFace does not match the run's")
+    return PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token=eot, bos_token=eot,
+                                   model_max_length=run.block_size)
+
+
+def tokenizer_note(run):
+    name = run.tokenizer.name
+    source = getattr(run.tokenizer, "source", None)
+    where = f" (this run's: {Path(source).parent})" if source else ""
+    return (f"# No tokenizer here\n\nThe run was trained with the `{name}` tokenizer, which merit_repro.evals.export does "
+            f"not write for HuggingFace. Pass one to lm_eval, a folder with its tokenizer.json{where} or a hub name "
+            f"in a HuggingFace cache:\n\n    lm_eval --model hf --model_args pretrained=HF_DIR,tokenizer=PATH ...\n\n"
+            f"Its end-of-text token must be id {run.tokenizer.eot}.\n")
+
+
+# ---------------------------------------------------------------- writing
+
+
+def provenance(run, dtype):
+    summary = run.summary
+    return {"run_dir": str(Path(run.run_dir).resolve()), "git_commit": summary.get("git_commit"),
+            "exported_by": git_commit(), "dtype": dtype, "tokenizer": run.tokenizer.name,
+            "vocab_size": run.vocab_size, "block_size": run.block_size, "config": summary["config"],
+            "model_config": summary["model_config"]}
+
+
+def write_export(run, tmp, dtype):
+    """Everything into the folder tmp; the names written."""
+    hf_model(run, DTYPES[dtype]).save_pretrained(tmp)
+    (tmp / PROVENANCE).write_text(json.dumps(provenance(run, dtype), indent=2) + "\n")
+    tokenizer = hf_tokenizer(run)
+    if tokenizer is None:
+        (tmp / TOKENIZER_NOTE).write_text(tokenizer_note(run))
+    else:
+        tokenizer.save_pretrained(tmp)
+    for path in tmp.iterdir():   # save_pretrained writes model.safetensors 0600: readable as the umask allows
+        path.chmod(0o666 & ~current_umask())
+    return sorted(p.name for p in tmp.iterdir())
+
+
+def replace_dir(tmp, out):
+    """tmp renamed to out; an existing out is moved aside first and deleted only once tmp is in place."""
+    old = out.with_name(f".{out.name}.old-{os.getpid()}")
+    if out.is_dir() and not out.is_symlink():
+        out.rename(old)
+    elif out.exists() or out.is_symlink():
+        out.unlink()
+    tmp.rename(out)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def export(run_dir, out, dtype="float32", force=False):
+    """Export the run to out; the names written there."""
+    out = Path(out)
+    check_exportable(config_from_dict(read_summary(Path(run_dir))["model_config"]))
+    check_out(out, Path(run_dir), force)
+    run = load_run(run_dir, device="cpu")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        names = write_export(run, tmp, dtype)
+        replace_dir(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return names
+
+
+@cli
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m merit_repro.evals.export", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--run", required=True, type=Path, metavar="DIR",
+                        help="a finished run directory with model.pt (trained with save_model: true)")
+    parser.add_argument("--out", required=True, type=Path, metavar="HF_DIR",
+                        help="the HuggingFace model folder to write")
+    parser.add_argument("--dtype", choices=list(DTYPES), default="float32", help="of the saved weights")
+    parser.add_argument("--force", action="store_true", help="replace an existing, non-empty HF_DIR")
+    args = parser.parse_args(argv)
+    names = export(args.run, args.out, args.dtype, args.force)
+    config = read_json(args.out / "config.json")
+    print(f"wrote {args.out}: GPT2LMHeadModel ({args.dtype}, vocabulary {config['vocab_size']}, context "
+          f"{config['n_positions']}) from {args.run}: {', '.join(names)}")
+    if TOKENIZER_NOTE in names:
+        print(f"no tokenizer written: {args.out / TOKENIZER_NOTE} says which to pass to lm_eval")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,243 @@
+"""The configuration of one training cell: every knob of a run, in one dataclass.
+
+A cell is (model, optimizer, batch size, peak LR, token budget, seed) plus the settings that the
+paper leaves open and this project fixes (see config/README.md). Resource knobs (micro-batch,
+device, compile) do not change the result beyond floating-point order.
+"""
+
+import math
+import types
+import typing
+from dataclasses import asdict, dataclass, field, fields
+
+import yaml
+
+from merit_repro.config.configfiles import check
+from merit_repro.config.registry import MODEL_SIZES, OPTIMIZER_NAMES
+
+# Keys that choose resources, not results: a run may resume under different values of these.
+# Settings that change how or where a cell runs, not its result. Where a corpus lies (data_dir, lambada_dir) is
+# not what it is: its fingerprint is checked instead, so a results tree moved or rebuilt from a bundle still counts.
+RESOURCE_KEYS = {"micro_batch_size", "device", "compile", "checkpoint_every", "checkpoint_every_minutes", "log_every",
+                 "keep_checkpoint", "save_model", "peak_flops", "data_dir", "lambada_dir"}
+MAX_BATCH_SIZE = 2**24   # sequences in one global batch: far above the paper's 6144, far below a hang
+
+
+@dataclass
+class CellConfig:
+    # data
+    data_dir: str = "results/data/shakespeare-bytes"
+    tokenizer: str = "bytes"
+    lambada_dir: str | None = None      # prepared LAMBADA (evaluated at the end when given)
+    # model
+    model: str = "demo-small"
+    n_layer: int | None = None          # overrides of the named size
+    n_head: int | None = None
+    n_embd: int | None = None
+    block_size: int = 128
+    qk_norm: bool = False
+    # optimization: the experiment's knobs
+    optimizer: str = "merit"
+    lr: float = 6e-3
+    batch_size: int = 32                # global batch, in sequences of block_size tokens
+    tokens: float = 1e6                 # token budget; steps = tokens // (batch_size * block_size)
+    seed: int = 0
+    # optimization: fixed by this project where the paper is silent
+    betas: tuple = (0.9, 0.95)
+    eps: float = 1e-6
+    weight_decay: float = 0.1
+    optimizer_hparams: dict = field(default_factory=dict)  # anything else build() accepts
+    warmup_frac: float = 0.02           # linear warmup, share of the steps
+    min_lr_frac: float = 0.1            # cosine decay to this share of the peak (paper: 10%)
+    grad_clip: float = 1.0              # global grad-norm clip (0: off)
+    # evaluation and probes
+    eval_every: int = 50                # steps between validation losses (and at the end) ...
+    eval_every_tokens: int | None = None  # ... or, when set, training tokens between them (same points per batch)
+    eval_tokens: int = 65536            # validation tokens, the same fixed windows for every cell
+    mal_every: int = 128                # steps between MAL probes (the paper plots every 128)
+    mal_batch: int = 4                  # sequences in the fixed MAL probe batch (from val.bin)
+    divergence_factor: float = 1.0      # diverged: non-finite loss, or loss above factor x the first loss ...
+    divergence_window: float = 0.1      # ... for this share of the planned steps in a row (merit_repro.train.divergence)
+    spike_factor: float = 1.3           # a loss spike (counted, not fatal): loss above this x the lowest so far
+    # resources and robustness
+    micro_batch_size: int | None = None  # per device; None: fitted automatically
+    device: str = "auto"                # auto | cpu | cuda | cuda:N
+    dtype: str = "auto"                 # auto (bf16 autocast on CUDA, fp32 on CPU) | float32 | bfloat16
+    compile: bool = False
+    checkpoint_every: int = 100         # steps between checkpoints (also written on SIGTERM/SIGINT) ...
+    checkpoint_every_minutes: float | None = None  # ... and at least this often in wall time
+    log_every: int = 1                  # steps between log points (losses read back from the device)
+    keep_checkpoint: bool = False       # keep ckpt.pt after the cell completes
+    save_model: bool | str = False      # write model.pt (final weights): true (fp32) or "bf16"
+    peak_flops: float | None = None     # per device, for MFU; None: merit_repro.train.hardware's table
+
+    @property
+    def tokens_per_step(self):
+        return self.batch_size * self.block_size
+
+    @property
+    def steps(self):
+        return max(1, int(self.tokens // self.tokens_per_step))
+
+    @property
+    def eval_interval(self):
+        """Steps between validation losses."""
+        if self.eval_every_tokens is None:
+            return self.eval_every
+        return max(1, round(self.eval_every_tokens / self.tokens_per_step))
+
+    @property
+    def warmup_steps(self):
+        return max(1, round(self.warmup_frac * self.steps)) if self.warmup_frac > 0 else 0
+
+    def lr_at(self, step):
+        """LR for update number step (0-based): linear warmup, then cosine to min_lr_frac x peak."""
+        if step < self.warmup_steps:
+            return self.lr * (step + 1) / self.warmup_steps
+        decay_steps = max(1, self.steps - 1 - self.warmup_steps)
+        progress = min(1.0, (step - self.warmup_steps) / decay_steps)
+        min_lr = self.min_lr_frac * self.lr
+        return min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (self.lr - min_lr)
+
+    def optimizer_kwargs(self):
+        kwargs = dict(lr=self.lr, betas=tuple(self.betas), eps=self.eps)
+        kwargs.update(self.optimizer_hparams)
+        return kwargs
+
+    def problems(self):
+        """(key, what is wrong) for every bad setting; needs no data or device."""
+        problems = type_problems(self)
+        if problems:   # the checks below compare values: they need the right kinds first
+            return problems
+        check = lambda ok, key, message: None if ok else problems.append((key, f"{key}={message}"))  # noqa: E731
+        for f in fields(self):   # inf or nan pass every comparison below the wrong way, or hang a loop
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                problems.append((f.name, f"{f.name}={value} must be a finite number"))
+        if problems:
+            return problems
+        check(self.model in MODEL_SIZES, "model", f"{self.model!r} is unknown; known models: {', '.join(MODEL_SIZES)}")
+        check(self.optimizer in OPTIMIZER_NAMES, "optimizer",
+              f"{self.optimizer!r} is unknown; known optimizers: {', '.join(sorted(OPTIMIZER_NAMES))}")
+        for key in ("batch_size", "block_size", "eval_every", "mal_every", "mal_batch", "checkpoint_every", "eval_tokens",
+                    "log_every"):
+            check(getattr(self, key) >= 1, key, f"{getattr(self, key)} must be >= 1")
+        for key in ("eval_every_tokens", "micro_batch_size"):
+            check(getattr(self, key) is None or getattr(self, key) >= 1, key, f"{getattr(self, key)} must be >= 1 or null")
+        check(self.batch_size <= MAX_BATCH_SIZE, "batch_size",
+              f"{self.batch_size} is more sequences than any run takes (at most {MAX_BATCH_SIZE:,})")
+        check(0 <= self.seed < 2**63, "seed", f"{self.seed} must be in [0, 2**63)")
+        for key in ("n_layer", "n_head", "n_embd"):
+            check(getattr(self, key) is None or getattr(self, key) >= 1, key, f"{getattr(self, key)} must be >= 1 or null")
+        shape = {**MODEL_SIZES.get(self.model, {}), **{k: getattr(self, k) for k in ("n_layer", "n_head", "n_embd")
+                                                       if getattr(self, k) is not None}}
+        if shape.get("n_head", 0) >= 1 and shape.get("n_embd", 0) >= 1:
+            check(shape["n_embd"] % shape["n_head"] == 0, "n_embd",
+                  f"{shape['n_embd']} is not divisible by n_head={shape['n_head']}")
+        check(self.lr > 0, "lr", f"{self.lr} must be > 0")
+        check(len(self.betas) == 2 and all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1
+                                           for b in self.betas), "betas",
+              f"{list(self.betas)} must be two numbers in [0, 1) (beta1, beta2)")
+        for key in ("eps", "weight_decay", "grad_clip"):
+            check(getattr(self, key) >= 0, key, f"{getattr(self, key)} must be >= 0")
+        check(self.tokens >= self.tokens_per_step, "tokens",
+              f"{self.tokens:g} is less than one step of batch_size x block_size = {self.tokens_per_step}")
+        check(0 <= self.warmup_frac < 1, "warmup_frac", f"{self.warmup_frac} must be in [0, 1)")
+        check(0 <= self.min_lr_frac <= 1, "min_lr_frac", f"{self.min_lr_frac} must be in [0, 1]")
+        check(self.divergence_factor >= 1, "divergence_factor", f"{self.divergence_factor} must be >= 1")
+        check(0 < self.divergence_window <= 1, "divergence_window", f"{self.divergence_window} must be in (0, 1]")
+        check(self.spike_factor > 1, "spike_factor", f"{self.spike_factor} must be > 1")
+        check(self.dtype in ("auto", "float32", "bfloat16"), "dtype", f"{self.dtype!r}: use auto, float32 or bfloat16")
+        check(self.save_model in (True, False, "bf16"), "save_model", f"{self.save_model!r}: use true, false or bf16")
+        check(not self.checkpoint_every_minutes or self.checkpoint_every_minutes > 0, "checkpoint_every_minutes",
+              f"{self.checkpoint_every_minutes} must be > 0 or null")
+        return problems
+
+    def validate(self):
+        """Raise ValueError listing every bad setting, before anything is loaded."""
+        problems = self.problems()
+        if problems:
+            raise ValueError("invalid cell config: " + "; ".join(message for _, message in problems))
+        return self
+
+    @classmethod
+    def from_dict(cls, d):
+        """A CellConfig from to_dict()'s output (summary.json) or a workflow cell dict."""
+        betas = d.get("betas", cls.betas)
+        return cls(**{**d, "betas": tuple(betas) if isinstance(betas, (list, tuple)) else betas})
+
+    def to_dict(self):
+        d = asdict(self)
+        d["betas"] = list(self.betas)
+        return d
+
+
+def result_config(cfg: CellConfig):
+    """The settings of a cell that change its result: what a checkpoint or finished run must share with it."""
+    return {k: v for k, v in cfg.to_dict().items() if k not in RESOURCE_KEYS}
+
+
+def split_settings(settings: dict):
+    """(the settings that change a cell's result, the rest: RESOURCE_KEYS), of a workflow cell's settings dict.
+    The train rule's params are the first only, so changing how a cell runs (save_model, compile, ...) does not
+    retrain it."""
+    result = {k: v for k, v in settings.items() if k not in RESOURCE_KEYS}
+    return result, {k: v for k, v in settings.items() if k in RESOURCE_KEYS}
+
+
+def result_settings(settings: dict):
+    """result_config of a settings dict (a workflow cell's, or a summary.json's "config")."""
+    return result_config(CellConfig.from_dict(settings))
+
+
+def type_problems(cfg):
+    """(key, message) for fields whose value is not of the declared kind (an int is a float; a bool is not a number)."""
+    problems = []
+    for f in fields(cfg):
+        value, kinds = getattr(cfg, f.name), _kinds(f.type)
+        ok = any(isinstance(value, k) and not (isinstance(value, bool) and k in (int, float)) for k in kinds)
+        if not ok:
+            names = " or ".join("null" if k is type(None) else k.__name__ for k in kinds)
+            problems.append((f.name, f"{f.name}={value!r} must be {names}"))
+    return problems
+
+
+def _kinds(annotation):
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        return tuple(k for a in typing.get_args(annotation) for k in _kinds(a))
+    if annotation is float:
+        return (float, int)
+    if annotation is tuple:
+        return (tuple, list)
+    return (typing.get_origin(annotation) or annotation,)
+
+
+def load_cell_config(path=None, overrides=()):
+    """A CellConfig from a YAML file plus ``key=value`` overrides (values parsed as YAML)."""
+    raw = {}
+    if path is not None:
+        check([path])   # duplicate keys, aliases, object tags: refused with their line
+        with open(path) as f:
+            raw = yaml.safe_load(f) or {}
+        if not isinstance(raw, dict):
+            raise ValueError(f"{path} is not a mapping of cell config keys")
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"override {item!r} is not key=value")
+        raw[key.strip()] = yaml.safe_load(value)
+    known = {f.name for f in fields(CellConfig)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ValueError(f"unknown cell config keys {unknown}; known keys: {', '.join(sorted(known))}")
+    if not isinstance(raw.get("betas", ()), (list, tuple)):
+        raise ValueError(f"betas={raw['betas']!r} must be a list of two numbers")
+    if "betas" in raw:
+        raw["betas"] = tuple(raw["betas"])
+    for key in ("lr", "tokens", "eps", "weight_decay", "peak_flops"):
+        if isinstance(raw.get(key), str):  # YAML 1.1 reads "6e-4" as a string
+            try:
+                raw[key] = float(raw[key])
+            except ValueError:
+                raise ValueError(f"{key}={raw[key]!r} is not a number") from None
+    return CellConfig(**raw).validate()

@@ -1,0 +1,82 @@
+"""What a workflow config costs to train, before launching it.
+
+    python -m merit_repro.plan.cost --configfile config/paper.yaml [--mfu 0.4] [--peak-flops 989e12]
+    python -m merit_repro.plan.cost --configfile config/paper.yaml --tokens-per-s-per-gpu 180000
+
+Per experiment: cells, tokens, training FLOPs (6N + attention per token, nanoGPT/PaLM) and
+GPU-hours at the stated throughput; then the total over distinct cells (a cell shared by several
+experiments trains once). LR tuning adds cells once results are in (grid extensions, claim seeds
+at each best LR: merit_repro.plan.tuning); the last column bounds what they can add, per experiment and
+in total (without sharing, so an upper bound). Evaluation and the MAL probe are not counted.
+"""
+
+import argparse
+import sys
+from collections import defaultdict
+
+from merit_repro.config import configfiles
+from merit_repro.utils import cli
+
+from . import grid
+from .runtime import flops_per_token
+from .validate import validate
+
+
+def tuning_cells(config, group):
+    """At most how many cells tuning adds to a group: max_extensions points x the grid seeds, then the claim
+    seeds the grid seeds lack at the best LR (again after a disqualified best, which is rare)."""
+    spec = grid.tuning_spec(config, group)
+    extra_seeds = len(set(spec["claim_seeds"]) - set(spec["grid_seeds"]))
+    return spec["max_extensions"] * len(spec["grid_seeds"]) + extra_seeds
+
+
+def estimate(config, seconds_per_flop):
+    per_model = {m: flops_per_token(config, m) for m in config["models"]}
+    flops_of = lambda model, tokens: float(tokens) * per_model[model][0]  # noqa: E731
+    rows, totals = [], defaultdict(float)
+    for cell in grid.all_cells(config):
+        totals["cells"] += 1
+        totals["tokens"] += float(cell.tokens)
+        totals["flops"] += flops_of(cell.model, cell.tokens)
+    for name in config["experiments"]:
+        cells = grid.experiment_cells(config, name)
+        flops = sum(flops_of(c.model, c.tokens) for c in cells)
+        tuning = sum(tuning_cells(config, g) * flops_of(g.model, g.tokens) for g in grid.experiment_groups(config, name))
+        totals["tuning"] += tuning
+        rows.append((name, len(cells), sum(float(c.tokens) for c in cells), flops, flops * seconds_per_flop / 3600,
+                     tuning * seconds_per_flop / 3600))
+    rows.append(("total (distinct cells)", int(totals["cells"]), totals["tokens"], totals["flops"],
+                 totals["flops"] * seconds_per_flop / 3600, totals["tuning"] * seconds_per_flop / 3600))
+    return rows, per_model
+
+
+@cli
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m merit_repro.plan.cost", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--configfile", default="config/config.yaml")
+    parser.add_argument("--peak-flops", type=float, default=989e12, help="per GPU (H100 SXM bf16 dense: 989e12)")
+    parser.add_argument("--mfu", type=float, default=0.4, help="model FLOPs utilisation assumed")
+    parser.add_argument("--tokens-per-s-per-gpu", type=float, default=None,
+                        help="measured throughput of the largest model instead of peak x MFU")
+    args = parser.parse_args(argv)
+    config = configfiles.load(args.configfile)
+    validate(config)
+    seconds_per_flop = 1 / (args.peak_flops * args.mfu)
+    if args.tokens_per_s_per_gpu:
+        biggest = max(config["models"], key=lambda m: flops_per_token(config, m)[0])
+        seconds_per_flop = 1 / (args.tokens_per_s_per_gpu * flops_per_token(config, biggest)[0])
+    rows, per_model = estimate(config, seconds_per_flop)
+    rate = (f"{args.tokens_per_s_per_gpu:,.0f} tokens/s per GPU (largest model)" if args.tokens_per_s_per_gpu
+            else f"{args.peak_flops / 1e12:.0f} TFLOP/s x MFU {args.mfu}")
+    print(f"# cost of {args.configfile} at {rate}")
+    for m, (fpt, n) in per_model.items():
+        print(f"#   {m}: {n / 1e6:.1f}M params, {fpt / 1e9:.2f} GFLOP per token")
+    print(f"{'experiment':<28}{'cells':>7}{'tokens':>12}{'FLOPs':>12}{'GPU-hours':>12}{'+ tuning at most':>18}")
+    for name, cells, tokens, flops, hours, tuning in rows:
+        print(f"{name:<28}{cells:>7}{tokens:>12.3g}{flops:>12.3g}{hours:>12,.1f}{tuning:>18,.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

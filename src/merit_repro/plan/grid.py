@@ -1,0 +1,229 @@
+"""Experiments as grids of training cells: expansion, cell paths, cell configs, semantic checks.
+
+The workflow (workflow/rules/common.smk) and the cost estimate (merit_repro.plan.cost) both read the
+config through this module, so they always agree on what a config asks to train and what it costs
+(``flops_per_token``, counted by merit_repro.plan.flops on the model a cell trains).
+
+A cell is identified by its coordinates (model, tokens, optimizer, batch, lr, seed); every
+other setting comes from ``cell_defaults``, ``models[model]`` and ``optimizers[optimizer]``, so a
+cell shared by several experiments is one path and trains once.
+"""
+
+from dataclasses import dataclass, fields
+
+from . import paths
+from .cell import CellConfig
+from .tuning import canonical
+
+ARTIFACTS = ("val_loss_vs_batch", "lambada_ppl_vs_batch", "headline", "steps_to_target", "lr_sensitivity",
+             "mal_vs_step", "mal_tables", "loss_curves", "ablation", "qknorm", "llama_c4", "zeroshot")
+COORDINATES = ("model", "tokens", "optimizer", "batch_size", "lr", "seed", "data_dir", "tokenizer", "lambada_dir")
+MODEL_ONLY_KEYS = ("data", "paper_model", "gpus")
+
+
+@dataclass(frozen=True, order=True)
+class Cell:
+    model: str
+    tokens: str
+    optimizer: str
+    batch: int
+    lr: str
+    seed: int
+
+    def path(self, results):
+        return paths.run_dir(results, self.model, self.tokens, self.optimizer, self.batch, self.lr, self.seed)
+
+
+def _per(value, *keys):
+    """value, or value[key] for the first key it has when it is a dict keyed by model/optimizer."""
+    if isinstance(value, dict):
+        for key in keys:
+            if key in value:
+                return value[key]
+        raise KeyError(keys)
+    return value
+
+
+@dataclass(frozen=True, order=True)
+class Group:
+    """The cells of one experiment that share a model, optimizer and batch size: tuned over LR together."""
+    experiment: str
+    model: str
+    tokens: str
+    optimizer: str
+    batch: int
+    lrs: tuple   # the configured grid, canonical strings
+
+    def wildcards(self):
+        return {"experiment": self.experiment, "model": self.model, "optimizer": self.optimizer, "batch": str(self.batch)}
+
+    def path(self, results):
+        return paths.tuning_dir(results, self.experiment, self.model, self.optimizer, self.batch)
+
+
+def grid_seeds(config, name):
+    """Seeds every LR of an experiment's grid is trained with."""
+    return [int(s) for s in config["experiments"][name].get("seeds", config.get("seeds", [0]))]
+
+
+def claim_seeds(config, name):
+    """Seeds the best LR of each group is trained with after the choice, and the only seeds its results are
+    reported over (default: as many seeds as the grid's, numbered after them). Disjoint from the grid seeds."""
+    exp = config["experiments"][name]
+    seeds = exp.get("claim_seeds", config.get("claim_seeds"))
+    if seeds is None:
+        grid = grid_seeds(config, name)
+        return [max(grid) + 1 + i for i in range(len(grid))]
+    return [int(s) for s in seeds]
+
+
+def lr_list(exp, model, optimizer):
+    grid = exp["lr_grid"]
+    return _per(grid[model], optimizer) if model in grid else grid[optimizer]
+
+
+def experiment_groups(config, name):
+    exp = config["experiments"][name]
+    groups = []
+    for model in exp["models"]:
+        tokens = canonical(_per(exp["tokens"], model))
+        for optimizer in exp["optimizers"]:
+            lrs = tuple(sorted({canonical(lr) for lr in lr_list(exp, model, optimizer)}, key=float))
+            for batch in _per(exp["batch_sizes"], model, optimizer):
+                groups.append(Group(name, model, tokens, optimizer, int(batch), lrs))
+    return groups
+
+
+def all_groups(config):
+    return {(g.experiment, g.model, g.optimizer, g.batch): g for name in sorted(config["experiments"])
+            for g in experiment_groups(config, name)}
+
+
+def tuning_spec(config, group):
+    """What merit_repro.plan.tuning.decide needs to know about a group, besides its results."""
+    tuning = config.get("tuning", {})
+    return {"group": {"experiment": group.experiment, "model": group.model, "tokens": group.tokens,
+                      "optimizer": group.optimizer, "batch": group.batch},
+            "lrs": list(group.lrs), "grid_seeds": grid_seeds(config, group.experiment),
+            "claim_seeds": claim_seeds(config, group.experiment),
+            "max_extensions": int(tuning.get("max_extensions", 2)),
+            "extension_factor": float(tuning.get("extension_factor", 2.0))}
+
+
+def tuning_owners(config):
+    """{group key: the group whose rounds tune it}. Groups of several experiments that share a model, tokens,
+    optimizer, batch, LR grid, seeds and tuning settings train the same cells (a cell's settings do not depend
+    on its experiment), so ``tuning.decide`` takes the same decisions for each: the first of them (by experiment
+    name) walks the rounds and the others adopt its final decision (``tuning --adopt``). Each checkpoint round
+    costs Snakemake a pass over the whole DAG, so the demo walks 25 groups' rounds instead of 43."""
+    owners, first = {}, {}
+    for key, group in sorted(all_groups(config).items()):
+        spec = tuning_spec(config, group)
+        spec["group"] = {k: v for k, v in spec["group"].items() if k != "experiment"}
+        owners[key] = first.setdefault(repr(sorted(spec.items())), group)
+    return owners
+
+
+def group_expectation(config, group):
+    """What the collect step checks a tuned group's runs against: its tuning spec, and the settings its cells
+    share (expected_settings adds each cell's lr and seed)."""
+    return {"spec": tuning_spec(config, group),
+            "settings": cell_config(config, group.model, group.tokens, group.optimizer, group.batch, "1", 0)}
+
+
+def expected_settings(expectation, lr, seed):
+    """The settings the config gives one kept cell of a group (its expectation, with the cell's lr and seed)."""
+    return {**expectation["settings"], "lr": float(lr), "seed": int(seed)}
+
+
+def group_corpora(config, group):
+    settings = cell_config(config, group.model, group.tokens, group.optimizer, group.batch, "1", 0)
+    return [d for d in (settings["data_dir"], settings["lambada_dir"]) if d]
+
+
+def experiment_cells(config, name):
+    """The configured cells of an experiment (its grids with the grid seeds; tuning may add more)."""
+    seeds = grid_seeds(config, name)
+    return [Cell(g.model, g.tokens, g.optimizer, g.batch, lr, seed)
+            for g in experiment_groups(config, name) for lr in g.lrs for seed in seeds]
+
+
+def all_cells(config):
+    """Every distinct cell of the config, with the experiments that use it, in an order that does not
+    depend on the order of keys in the config (rule params are compared as text)."""
+    cells = {}
+    for name in sorted(config["experiments"]):
+        for cell in experiment_cells(config, name):
+            cells.setdefault(cell, []).append(name)
+    return dict(sorted(cells.items()))
+
+
+ZEROSHOT_DEFAULTS = {"tasks": ["arc_easy", "copa", "hellaswag", "race", "wic"], "task_dirs": [], "local_tasks": {},
+                     "metric": "acc", "limit": None, "batch_size": 32, "weights": "bf16", "offline": True}
+
+
+def zeroshot_settings(config):
+    return {**ZEROSHOT_DEFAULTS, **(config.get("zeroshot") or {})}
+
+
+def zeroshot_groups(config):
+    """The tuned groups whose best-LR claim-seed cells a zeroshot artifact scores."""
+    groups = []
+    for name in sorted(config["experiments"]):
+        if "zeroshot" in config["experiments"][name].get("artifacts", []):
+            try:
+                groups += experiment_groups(config, name)
+            except (KeyError, TypeError):   # a malformed grid: validate() names it
+                continue
+    return groups
+
+
+def keeps_weights(config, model, tokens, optimizer, batch, seed):
+    """Whether a cell saves its final weights: it is a claim-seed cell of a group that a zeroshot artifact reads
+    (a claim seed trains only at its group's best LR)."""
+    return any((g.model, g.tokens, g.optimizer, g.batch) == (model, canonical(tokens), optimizer, int(batch))
+               and int(seed) in claim_seeds(config, g.experiment) for g in zeroshot_groups(config))
+
+
+def data_dir(config, data_key):
+    return paths.data_dir(config["results"], data_key)
+
+
+def cell_config(config, model, tokens, optimizer, batch, lr, seed):
+    """The CellConfig dict of one cell (what `python -m merit_repro.train` receives)."""
+    model_spec = config["models"][model]
+    data_key = model_spec["data"]
+    settings = dict(config.get("cell_defaults", {}))
+    settings.update({k: v for k, v in model_spec.items() if k not in MODEL_ONLY_KEYS})
+    known = {f.name for f in fields(CellConfig)}
+    extra = {}
+    for key, value in config.get("optimizers", {}).get(optimizer, {}).items():
+        (settings if key in known else extra)[key] = value
+    if extra:
+        settings["optimizer_hparams"] = {**settings.get("optimizer_hparams", {}), **extra}
+    lambada = config.get("lambada")
+    tokenizer = config["data"][data_key]["tokenizer"]
+    settings.update(
+        optimizer=optimizer, lr=float(lr), batch_size=int(batch), tokens=float(tokens), seed=int(seed),
+        data_dir=data_dir(config, data_key), tokenizer=tokenizer,
+        lambada_dir=data_dir(config, lambada) if lambada and config["data"][lambada]["tokenizer"] == tokenizer else None,
+    )
+    if "betas" in settings:
+        settings["betas"] = list(settings["betas"])
+    if "save_model" not in settings and keeps_weights(config, model, tokens, optimizer, batch, seed):
+        settings["save_model"] = zeroshot_settings(config)["weights"]
+    return sorted_dict(settings)
+
+
+def sorted_dict(obj):
+    """obj with every dict's keys sorted: Snakemake compares params by their text, so the order of keys in a
+    config file must not make a cell look changed (and retrain it)."""
+    if isinstance(obj, dict):
+        return {k: sorted_dict(obj[k]) for k in sorted(obj, key=str)}
+    if isinstance(obj, (list, tuple)):
+        return [sorted_dict(v) for v in obj]
+    return obj
+
+
+def model_gpus(config, model):
+    return int(config["models"][model].get("gpus", 0))

@@ -1,0 +1,204 @@
+"""LR tuning of one group of cells (experiment, model, optimizer, batch size): what to train next.
+
+A group starts from its configured LR grid, each LR trained with the grid seeds. Each time its
+cells have finished, ``decide`` reads their results and asks for at most one more thing:
+
+1. The best LR is on an edge of the LRs tried (the lowest or the highest), or every LR diverged,
+   and fewer than ``max_extensions`` points were added: the next point beyond that edge (below the
+   grid when every LR diverged), spaced as the grid is at that edge (``extension_factor`` for a
+   one-point grid) and rounded to 3 significant digits, trained with the grid seeds.
+2. Otherwise, the best LR lacks some of the claim seeds: those seeds at the best LR.
+3. Otherwise the group is tuned (``done``).
+
+The best LR is the lowest mean final validation loss over the grid seeds (the seeds every LR
+has, so extra seeds at one LR never move the choice), ties to the smaller LR. An LR is
+disqualified when any of its seeds diverged, so a claim seed that diverges sends the choice to
+the next-best LR, which then gets the claim seeds in turn. Every round adds cells from a finite
+set, so tuning ends. A best LR still on an edge once the extensions are spent is reported as
+such (``at_edge``), and the verdicts treat it as a tuning failure.
+
+This module is stdlib-only: the workflow's checkpoint job runs
+``python -m merit_repro.plan.tuning --spec JSON --out round.json`` (``write_round``) once per group and round,
+then ``python -m merit_repro.plan.tuning --adopt LAST_ROUND --group JSON --out final.json`` (``write_final``)
+writes each group's final decision: its own last round's, or that of the group of another experiment whose
+rounds it shares (``grid.tuning_owners``: the same cells, so the same decisions), named ``rounds_of``.
+"""
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+from merit_repro.plan.records import read_summary
+from merit_repro.utils import cli
+
+ORIGIN_CONFIGURED = "configured"
+
+
+def canonical(x):
+    """A number as it appears in paths and tables: 6e-4, 1.5e-2, 1.31072e5, 2e9, 480 (the shortest
+    scientific form that reads back as the same float; integers below 1e5 as they are)."""
+    x = float(x)
+    if x.is_integer() and abs(x) < 1e5:
+        return str(int(x))
+    for digits in range(17):
+        text = f"{x:.{digits}e}"
+        if float(text) == x:
+            break
+    mantissa, exponent = text.split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def lr_key(lr):
+    return float(lr)
+
+
+def per_lr(results, lrs, grid_seeds):
+    """One row per LR tried: its seeds' losses (None when diverged), selection loss, disqualification."""
+    rows = []
+    for lr in sorted(lrs, key=lr_key):
+        seeds = {seed: loss for (cell_lr, seed), loss in results.items() if cell_lr == lr}
+        diverged = sorted(s for s, loss in seeds.items() if loss is None)
+        grid = [seeds[s] for s in grid_seeds if s in seeds]
+        complete = len(grid) == len(grid_seeds)
+        selection = statistics.fmean(grid) if complete and not diverged else None
+        finished = [loss for loss in seeds.values() if loss is not None]
+        rows.append({"lr": lr, "seeds": {str(s): seeds[s] for s in sorted(seeds)}, "diverged_seeds": diverged,
+                     "selection_loss": selection, "mean": statistics.fmean(finished) if finished else None,
+                     "disqualified": bool(diverged)})
+    return rows
+
+
+def choose(rows):
+    """The best LR of per_lr's rows (lowest selection loss, ties to the smaller LR), or None."""
+    candidates = [r for r in rows if r["selection_loss"] is not None]
+    if not candidates:
+        return None
+    return min(candidates, key=lambda r: (r["selection_loss"], lr_key(r["lr"])))["lr"]
+
+
+def next_point(lrs, direction, factor):
+    """The LR beyond the lowest (direction -1) or highest (+1) of lrs, at the grid's spacing there."""
+    lrs = sorted(lrs, key=lr_key)
+    if direction > 0:
+        edge, inner = lrs[-1], (lrs[-2] if len(lrs) > 1 else None)
+    else:
+        edge, inner = lrs[0], (lrs[1] if len(lrs) > 1 else None)
+    ratio = abs(math.log(float(edge) / float(inner))) if inner else math.log(factor)
+    return canonical(f"{float(edge) * math.exp(direction * ratio):.3g}")
+
+
+def decide(spec, results):
+    """The next step of one group.
+
+    spec: ``lrs`` (configured), ``extensions`` (added so far, in order), ``grid_seeds``, ``claim_seeds``,
+    ``max_extensions``, ``extension_factor``. results: {(lr, seed): final val loss, None when diverged} for
+    every cell of the group trained so far. Returns the round record (see the module docstring).
+    """
+    extensions = list(spec.get("extensions", []))
+    lrs = sorted(set(spec["lrs"]) | set(extensions), key=lr_key)
+    grid_seeds, claim_seeds = list(spec["grid_seeds"]), list(spec["claim_seeds"])
+    rows = per_lr(results, lrs, grid_seeds)
+    best = choose(rows)
+    at_edge = best is not None and best in (lrs[0], lrs[-1])
+    cells = sorted(results, key=lambda c: (lr_key(c[0]), c[1]))
+    record = {"best_lr": best, "at_edge": at_edge, "status": "ok" if best else "diverged at every LR",
+              "extensions": extensions, "table": rows}
+    if (best is None or at_edge) and len(extensions) < spec["max_extensions"]:
+        new = next_point(lrs, +1 if best == lrs[-1] else -1, spec["extension_factor"])
+        extensions.append(new)
+        reason = "every LR diverged" if best is None else f"best LR {best} is on the {'upper' if best == lrs[-1] else 'lower'} edge"
+        return {**record, "done": False, "action": f"extend the grid to {new} ({reason})", "extensions": extensions,
+                "cells": cells + [(new, s) for s in grid_seeds]}
+    missing = [s for s in claim_seeds if best is not None and (best, s) not in results]
+    if missing:
+        return {**record, "done": False, "action": f"claim seeds {missing} at the best LR {best}",
+                "cells": cells + [(best, s) for s in missing]}
+    return {**record, "done": True, "action": "done", "cells": cells}
+
+
+def tune(spec, train):
+    """Every round of one group at once: train(cells) -> {(lr, seed): loss or None} for the cells asked for.
+    The workflow runs the same rounds as checkpoint jobs; this is the whole algorithm in one loop."""
+    results = train([(lr, seed) for lr in spec["lrs"] for seed in spec["grid_seeds"]])
+    while True:
+        record = decide(spec, results)
+        if record["done"]:
+            return record
+        spec = {**spec, "extensions": record["extensions"]}
+        results.update(train([c for c in record["cells"] if c not in results]))
+
+
+def annotate(spec, record):
+    """The round record as written to disk: the group, and for each cell why it exists (its LR: the
+    configured grid or the k-th extension; its seed: a grid or a claim seed)."""
+    def origin(lr, seed):
+        lr_origin = ORIGIN_CONFIGURED if lr in spec["lrs"] else f"extension {record['extensions'].index(lr) + 1}"
+        return {"lr": lr, "seed": seed, "lr_origin": lr_origin,
+                "seed_origin": "grid" if seed in spec["grid_seeds"] else "claim"}
+    return {**record, "group": spec["group"], "cells": [origin(lr, seed) for lr, seed in record["cells"]]}
+
+
+# ---------------------------------------------------------------- the workflow's checkpoint job
+
+
+def read_results(run_dirs):
+    """{(lr, seed): final val loss or None} from each cell's summary.json (keys: (lr, seed) -> run dir)."""
+    results = {}
+    for (lr, seed), run_dir in run_dirs.items():
+        summary = read_summary(run_dir)
+        results[(lr, int(seed))] = summary["final_val_loss"] if summary["status"] == "ok" else None
+    return results
+
+
+def adopt(decision, group):
+    """A group's final decision from the last round of the group whose rounds it shares (maybe itself)."""
+    if not decision.get("done"):
+        raise ValueError(f"{decision.get('group')}'s round is not its last (done: false)")
+    return {**decision, "group": group, "rounds_of": decision["group"]["experiment"]}
+
+
+def write_json(path, record):
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    tmp.replace(path)
+
+
+def write_round(spec, out):
+    """One round of a group (spec: its tuning spec plus 'runs': [[lr, seed, run_dir], ...]) -> out; what it
+    decided, in words."""
+    results = read_results({(lr, int(seed)): run_dir for lr, seed, run_dir in spec["runs"]})
+    record = annotate(spec, decide(spec, results))
+    write_json(out, record)
+    return f"{spec['group']}: {record['action']}"
+
+
+def write_final(last_round, group, out):
+    """A group's final decision -> out, from the last round of the rounds that tune it."""
+    write_json(out, adopt(json.loads(Path(last_round).read_text()), group))
+    return f"{group}: the decision of {last_round}"
+
+
+@cli
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m merit_repro.plan.tuning", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--spec", help="JSON: the group's spec plus 'runs': [[lr, seed, run_dir], ...]")
+    parser.add_argument("--adopt", type=Path, help="a last round (done): write it as the final decision of --group")
+    parser.add_argument("--group", help="JSON: the group adopting --adopt's decision")
+    parser.add_argument("--out", required=True, type=Path)
+    args = parser.parse_args(argv)
+    if bool(args.adopt) != bool(args.group) or bool(args.adopt) == bool(args.spec):
+        parser.error("give --spec, or --adopt with --group")
+    if args.adopt:
+        print(write_final(args.adopt, json.loads(args.group), args.out))
+    else:
+        print(write_round(json.loads(args.spec), args.out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,190 @@
+"""Checks the JSON schema cannot express, on every cell of a config, before any job: each problem named by its
+key path in the config, with the fix.
+
+The optimizers' hyperparameters are checked by building each optimizer once (``optimizer_settings`` lists
+what to build; ``merit_repro.optim.check`` builds them), which needs torch: the workflow does it when a run
+starts, not while Snakemake parses the workflow.
+"""
+
+import json
+import math
+from dataclasses import fields
+from pathlib import Path
+
+from merit_repro.config.registry import ARTIFACTS, OPTIMIZER_NAMES
+from merit_repro.data.tokens import requested
+
+from .cell import CellConfig
+from .grid import (
+    COORDINATES,
+    Cell,
+    cell_config,
+    claim_seeds,
+    data_dir,
+    experiment_cells,
+    grid_seeds,
+    lr_list,
+    zeroshot_settings,
+)
+
+
+def lr_grid_problems(exp, where, model, optimizer):
+    """What is wrong with one LR list of an experiment's grid, named by its key path."""
+    grid = exp["lr_grid"]
+    path = f"{where}.lr_grid.{model}.{optimizer}" if model in grid else f"{where}.lr_grid.{optimizer}"
+    owner = grid[model] if model in grid else grid
+    if not isinstance(owner, dict) or optimizer not in owner:
+        return [f"{path} is missing: give every optimizer of the experiment its LR list"]
+    lrs = owner[optimizer]
+    if not isinstance(lrs, list) or not lrs:
+        return [f"{path}={lrs!r} must be a non-empty list of learning rates"]
+    return [f"{path}[{i}]={lr!r} must be a number > 0" for i, lr in enumerate(lrs)
+            if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0]
+
+
+def key_path(config, cell, key):
+    """Where a cell's setting comes from in the config: its optimizer's, its model's, or cell_defaults."""
+    if key in config.get("optimizers", {}).get(cell.optimizer, {}):
+        return f"optimizers.{cell.optimizer}.{key}"
+    if key in config["models"][cell.model]:
+        return f"models.{cell.model}.{key}"
+    if key in config.get("cell_defaults", {}):
+        return f"cell_defaults.{key}"
+    return f"the cell's {key}"
+
+
+def cell_problems(config, cell):
+    """Every bad setting of one cell, named by its key path in the config."""
+    settings = cell_config(config, *cell_args(cell))
+    known = {f.name for f in fields(CellConfig)}
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        return [f"{key_path(config, cell, key)} is not a cell setting; known settings: {', '.join(sorted(known))}"
+                for key in unknown], None
+    cfg = CellConfig.from_dict(settings)
+    return [f"{key_path(config, cell, key)}: {message}" for key, message in cfg.problems()], cfg
+
+
+def non_finite(obj, where="config"):
+    """(key path, value) of every inf or nan anywhere in obj."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return [(where, obj)]
+    if isinstance(obj, dict):
+        return [found for k, v in obj.items() for found in non_finite(v, f"{where}.{k}" if where != "config" else str(k))]
+    if isinstance(obj, (list, tuple)):
+        return [found for i, v in enumerate(obj) for found in non_finite(v, f"{where}[{i}]")]
+    return []
+
+
+def validate(config):
+    """Checks the JSON schema cannot express, on every cell, before any job runs; raises ValueError
+    naming the key path and the fix."""
+    problems = [f"{where}={value} must be a finite number" for where, value in non_finite(config)]
+    if problems:   # every comparison below would pass or fail the wrong way
+        raise ValueError("invalid workflow config:\n  " + "\n  ".join(problems))
+    models, data = config["models"], config["data"]
+    for key, spec in models.items():
+        if spec.get("data") not in data:
+            problems.append(f"models.{key}.data={spec.get('data')!r} is not a key of data ({', '.join(data)})")
+    if config.get("lambada") and config["lambada"] not in data:
+        problems.append(f"lambada={config['lambada']!r} is not a key of data ({', '.join(data)})")
+    for opt in config.get("optimizers", {}):
+        if opt not in OPTIMIZER_NAMES:
+            problems.append(f"optimizers.{opt} is unknown; known optimizers: {', '.join(sorted(OPTIMIZER_NAMES))}")
+    for key in config.get("cell_defaults", {}):
+        if key in COORDINATES:
+            problems.append(f"cell_defaults.{key} is a cell coordinate; set it in the experiments or models")
+    reported = set()
+    for name, exp in config["experiments"].items():
+        where = f"experiments.{name}"
+        for model in exp["models"]:
+            if model not in models:
+                problems.append(f"{where}.models: {model!r} is not a key of models ({', '.join(models)})")
+        for opt in exp["optimizers"]:
+            if opt not in OPTIMIZER_NAMES:
+                problems.append(f"{where}.optimizers: {opt!r} is unknown; known optimizers: "
+                                f"{', '.join(sorted(OPTIMIZER_NAMES))}")
+        shared = sorted(set(grid_seeds(config, name)) & set(claim_seeds(config, name)))
+        if shared:
+            problems.append(f"{where}: claim seeds {shared} are also grid seeds; the seeds that choose an LR must not "
+                            "report it (its mean would be biased low): give claim_seeds other seeds than seeds")
+        if not claim_seeds(config, name):
+            problems.append(f"{where}: claim_seeds is empty; every best LR needs at least one seed to report it")
+        for artifact in exp.get("artifacts", []):
+            if artifact not in ARTIFACTS:
+                problems.append(f"{where}.artifacts: {artifact!r} is unknown; known artifacts: {', '.join(ARTIFACTS)}")
+        if problems:
+            continue
+        grid_problems = [p for model in exp["models"] for opt in exp["optimizers"]
+                         for p in lr_grid_problems(exp, where, model, opt)]
+        if grid_problems:
+            problems += grid_problems
+            continue
+        for model in exp["models"]:
+            sizes = {opt: len(lr_list(exp, model, opt)) for opt in exp["optimizers"]}
+            if len(set(sizes.values())) > 1 and not exp.get("allow_unequal_lr_grids", False):
+                problems.append(f"{where}.lr_grid: optimizers get grids of different density {sizes}; give every "
+                                "optimizer the same number of LRs (fair tuning) or set allow_unequal_lr_grids: true")
+        try:
+            cells = experiment_cells(config, name)
+        except KeyError as err:
+            problems.append(f"{where}: no value for {err.args[0]} in tokens/batch_sizes (dict keyed by model or optimizer)")
+            continue
+        for cell in sorted({Cell(c.model, c.tokens, c.optimizer, c.batch, c.lr, 0) for c in cells}):
+            found, _ = cell_problems(config, cell)   # every cell: seeds do not change a cell's settings
+            for problem in found:   # once, at the first cell it shows in
+                if problem not in reported:
+                    reported.add(problem)
+                    problems.append(f"{problem} (in {where}, cell {cell.path('results')})")
+    problems += zeroshot_problems(config)
+    if problems:
+        raise ValueError("invalid workflow config:\n  " + "\n  ".join(problems))
+    return config
+
+
+def zeroshot_problems(config):
+    """The zeroshot block against the data keys, and a zeroshot artifact without tasks."""
+    settings, problems = zeroshot_settings(config), []
+    for name, spec in settings["local_tasks"].items():
+        if spec.get("data") not in config["data"]:
+            problems.append(f"zeroshot.local_tasks.{name}.data={spec.get('data')!r} is not a key of data "
+                            f"({', '.join(config['data'])})")
+    wanted = any("zeroshot" in exp.get("artifacts", []) for exp in config["experiments"].values())
+    if wanted and not settings["tasks"]:
+        problems.append("zeroshot.tasks is empty, but an experiment asks for the zeroshot artifact: name its tasks")
+    return problems
+
+
+def corpus_problems(config):
+    """Corpora already prepared under a data key with another request than the config's (a manual prepare
+    with other options): training on them would report another corpus's numbers as the config's. It reads the
+    prepared meta.json files, so the workflow asks it when a run starts."""
+    problems = []
+    for key, spec in sorted(config["data"].items()):
+        meta = Path(data_dir(config, key)) / "meta.json"
+        try:
+            prepared = json.loads(meta.read_text()).get("request")
+        except (OSError, ValueError, AttributeError):
+            continue   # not prepared yet (or unreadable: the trainer's verify names it)
+        if prepared != requested(spec):
+            problems.append(f"data.{key}: {meta.parent} was prepared with {prepared}, but the config asks for "
+                            f"{requested(spec)}; delete {meta.parent} (the workflow prepares it again) or fix the config")
+    return problems
+
+
+def optimizer_settings(config):
+    """[{where, cell, optimizer, hparams, weight_decay}]: each distinct optimizer setting the config's cells train
+    with, with its key path and first cell, for ``merit_repro.optim.check`` to build once."""
+    found = {}
+    for name in sorted(config["experiments"]):
+        for cell in sorted({Cell(c.model, c.tokens, c.optimizer, c.batch, c.lr, 0) for c in experiment_cells(config, name)}):
+            cfg = CellConfig.from_dict(cell_config(config, *cell_args(cell)))
+            setting = {"optimizer": cfg.optimizer, "hparams": cfg.optimizer_kwargs(), "weight_decay": cfg.weight_decay}
+            key = json.dumps(setting, sort_keys=True, default=str)
+            found.setdefault(key, {"where": f"optimizers.{cell.optimizer}",
+                                   "cell": f"in experiments.{name}, cell {cell.path('results')}", **setting})
+    return list(found.values())
+
+
+def cell_args(cell):
+    return cell.model, cell.tokens, cell.optimizer, cell.batch, cell.lr, cell.seed

@@ -1,0 +1,89 @@
+"""The rebuttal's MAL tables: peak MAL vs batch size (with the validation loss beside it), the number of
+layers whose MAL exceeds 100, and the layer of the peak at the largest batch (GPT-2 Medium).
+
+Statements: MERIT vs AdamW, LAMB vs AdamW and MERIT vs LAMB on peak MAL at each batch size, in the
+paper's direction there; every optimizer's peak MAL grows from the smallest to the largest batch;
+MERIT has fewer layers above the threshold than AdamW and LAMB at the largest batch. The threshold
+(100 in the paper) is a statement about MAL of that size: where no run of the experiment reaches it,
+the count is zero everywhere and the statement is not tested at this scale.
+"""
+
+import pandas as pd
+
+from merit_repro.report.claims import Setting, finite_mean, statement
+from merit_repro.report.figures import Line, Panel
+
+from .context import differences, name, paper_rows, record
+
+TABLE = "peak_mal_vs_batch"
+
+
+def mal_tables(ctx, prefix):
+    threshold = ctx.report.get("mal_threshold", 100)
+    over = f"layers_mal>{threshold:g}"
+    rows, panels, settings, growth, counts = [], [], [], {o: [] for o in ctx.optimizers()}, []
+    reported = [ctx.seed_runs(r.model, r.optimizer, r.batch) for r in ctx.best.itertuples()]
+    peaks = pd.concat([pd.to_numeric(r.peak_mal, errors="coerce") for r in reported if len(r)] or [pd.Series([0.0])])
+    reached = peaks.max() if peaks.notna().any() else 0.0
+    untested = "" if reached >= threshold else (f"no reported run of this experiment has a MAL above {threshold:g} "
+                                                f"(the largest is {reached:.3g}): the count is zero for every optimizer")
+    for model in ctx.spec["models"]:
+        batches = ctx.batches(model)
+        panel = Panel(f"{model}", "batch size (sequences)", "peak MAL (all layers and steps)", logx=True, logy=True,
+                      xticks=batches)
+        for opt in ctx.optimizers():
+            est = [ctx.estimate(model, opt, b, "peak_mal") for b in batches]
+            ours = [(b, e) for b, e in zip(batches, est) if finite_mean(e) is not None]
+            panel.lines.append(Line(ctx.label(model, opt), [b for b, _ in ours], [e.mean for _, e in ours], opt,
+                                    marker="o", err=[e.std if e.n > 1 else 0.0 for _, e in ours]))
+            if not ctx.stands_in(model):
+                paper = [(b, ctx.paper_value(TABLE, model, opt, b, "peak_mal")) for b in batches]
+                paper = [(b, v) for b, v in paper if v is not None]
+                panel.lines.append(Line(f"{ctx.label(model, opt)} (paper)", [b for b, _ in paper],
+                                        [v for _, v in paper], opt, ":", "o", hollow=True))
+            for b in batches:
+                row = ctx.best_row(model, opt, b)
+                beside = lambda table, metric: ctx.paper_beside(model, ctx.paper_value(table, model, opt, b, metric))  # noqa: E731
+                loss, mal = ctx.estimate(model, opt, b), ctx.estimate(model, opt, b, "peak_mal")
+                layers = ctx.estimate(model, opt, b, "n_layers_mal_over_threshold")
+                rows.append({
+                    "model": model, "batch": b, "paper_batch": ctx.paper_batch(model, b),
+                    "optimizer": ctx.label(model, opt), "n_seeds": loss.n,
+                    "val_loss": finite_mean(loss), "val_loss std": loss.std if loss.n > 1 else None,
+                    "val_loss (paper)": beside(TABLE, "val_loss"),
+                    "peak_mal": finite_mean(mal), "peak_mal std": mal.std if mal.n > 1 else None,
+                    "peak_mal (paper)": beside(TABLE, "peak_mal"),
+                    over: finite_mean(layers), f"{over} (paper)": beside("layers_mal_over_100", "n_layers_mal_gt_100"),
+                    "peak_layer": row.peak_mal_layer if row is not None and b == batches[-1] else None,
+                    "peak_layer (paper)": beside("peak_mal_layer", "peak_mal_layer") if b == batches[-1] else None,
+                })
+            if len(batches) > 1:
+                growth[opt].append(Setting(model, f"{batches[0]}->{batches[-1]}", est[0].at(batches[0]),
+                                           est[-1].at(batches[-1])))
+        panels.append(panel)
+        stand_in = ctx.paper_panel(model, "peak MAL", "the paper's batch size", "peak MAL", {
+            opt: [(ctx.paper_batch(model, b), ctx.paper_value(TABLE, model, opt, b, "peak_mal")) for b in batches]
+            for opt in ctx.optimizers()}, logx=True, logy=True,
+            xticks=[ctx.paper_batch(model, b) for b in batches if ctx.paper_batch(model, b)] or None)
+        if stand_in:
+            panels.append(stand_in)
+        rows += paper_rows(ctx, model, batches, lambda b: {
+            f"{ctx.label(model, o)} peak_mal": ctx.paper_value(TABLE, model, o, b, "peak_mal") for o in ctx.optimizers()})
+        settings += [(model, b) for b in batches]
+        large = batches[-1]
+        counts += [(o, Setting(model, str(large), ctx.estimate(model, "merit", large, "n_layers_mal_over_threshold"),
+                               ctx.estimate(model, o, large, "n_layers_mal_over_threshold"), not_tested=untested))
+                   for o in ctx.optimizers() if o in ("adamw", "lamb") and "merit" in ctx.optimizers()]
+    ctx.figure(panels, prefix, "Peak max attention logit vs batch size (seed mean ± sd)")
+    statements = ctx.pairwise("{a} vs {b}: lower peak MAL, in the direction the paper prints at this batch", TABLE,
+                              "peak_mal", settings, "peak_mal")
+    pooled = ctx.pooled("peak_mal")
+    statements += [statement(f"{name(o)}'s peak MAL grows from the smallest to the largest batch", found, ctx.stats,
+                             pooled=pooled) for o, found in growth.items() if found]
+    for o in ("adamw", "lamb"):
+        found = [s for opt, s in counts if opt == o]
+        if found:
+            statements.append(statement(f"MERIT has fewer layers with MAL > {threshold:g} than {name(o)} at the "
+                                        "largest batch", found, ctx.stats, pooled=ctx.pooled("n_layers_mal_over_threshold")))
+    return pd.DataFrame(rows), record("rebuttal tables: peak MAL vs batch, layers with MAL > 100, layer of the peak at 4K",
+                                      statements, differences(ctx))

@@ -1,0 +1,109 @@
+"""Figure 2 and the rebuttal's MAL across all layers at 4K: max attention logit vs step for layer 1 and
+the middle layer, and the peak MAL of every layer, at the largest batch.
+
+Statements (the rebuttal, GPT-2 Medium at 4K, layer groups by depth: 1-8, 9-17, 18-24 of 24): in the
+early layers MERIT and LAMB suppress AdamW's MAL (each below AdamW); in the middle layers MERIT
+reduces LAMB's spikes (below LAMB); over all layers MERIT's peak is below LAMB's and AdamW's. The
+deep layers ("similar or slightly higher") are shown, not claimed. A model of L layers is split at
+the same depth fractions (8/24, 17/24).
+"""
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from merit_repro.report.claims import Estimate, Pooled, Setting, statement
+from merit_repro.report.figures import Line, Panel
+from merit_repro.report.tables import mal_by_layer
+
+from .context import differences, mal_curve, name, record
+
+GROUPS = {"early": 8 / 24, "middle": 17 / 24, "deep": 1.0}   # the rebuttal's groups' upper ends, as depth fractions
+
+
+def layers_of(group, n_layers):
+    """The layers of a group in a model of n_layers (layer 1 is always early; "all" is every layer)."""
+    if group == "all":
+        return list(range(1, n_layers + 1))
+    ends = [0] + [max(1, round(n_layers * f)) for f in GROUPS.values()]
+    i = list(GROUPS).index(group) + 1
+    return list(range(ends[i - 1] + 1, ends[i] + 1))
+
+
+def per_seed_layers(ctx, model, opt, batch):
+    """[per-layer peak MAL over steps, one Series per claim seed]."""
+    def read(run_dir):
+        mal = pd.read_csv(Path(run_dir) / "mal.csv")
+        return mal_by_layer(mal[np.isfinite(mal["mal"])])
+    return [read(d) for d in ctx.seed_runs(model, opt, batch).run_dir]
+
+
+def group_estimate(ctx, model, opt, batch, group, n_layers):
+    label = ctx.label(model, opt)
+    row = ctx.best_row(model, opt, batch)
+    if row is None:
+        return Estimate(label, None)
+    if row.status != "ok":
+        return Estimate(label, float("inf"))
+    layers = layers_of(group, n_layers)
+    peaks = [float(s.reindex(layers).max()) for s in per_seed_layers(ctx, model, opt, batch)]
+    if not peaks or not layers:
+        return Estimate(label, None)
+    mean = sum(peaks) / len(peaks)
+    sd = (sum((p - mean) ** 2 for p in peaks) / (len(peaks) - 1)) ** 0.5 if len(peaks) > 1 else 0.0
+    return Estimate(label, mean, sd, len(peaks), bool(row.at_edge), row.lr)
+
+
+def mal_vs_step(ctx, prefix):
+    model = ctx.spec["models"][0]
+    batch = ctx.batches(model)[-1]
+    n_layers = ctx.runs[ctx.runs.model == model].n_layers.max()
+    n_layers = int(n_layers) if pd.notna(n_layers) else 0
+    middle = max(1, n_layers // 2)
+    panels = []
+    for layer in (1, middle):
+        panel = Panel(f"layer {layer}", "step", "max attention logit (seed mean)", logy=True)
+        for opt in ctx.optimizers():
+            x, y = ctx.seed_mean_curve(model, opt, batch, mal_curve(layer))
+            panel.lines.append(Line(ctx.label(model, opt), x, y, opt))
+        panels.append(panel)
+    groups = {g: layers_of(g, n_layers) for g in GROUPS}
+    all_layers = Panel(f"every layer (batch {batch}); groups " + ", ".join(
+        f"{g} {v[0]}-{v[-1]}" for g, v in groups.items() if v), "layer", "peak MAL over steps (seed mean)",
+        logy=True, xticks=list(range(1, n_layers + 1)))
+    rows = []
+    for opt in ctx.optimizers():
+        per_seed = per_seed_layers(ctx, model, opt, batch)
+        if not per_seed:
+            continue
+        table = pd.concat(per_seed, axis=1)
+        mean, std = table.mean(axis=1), table.std(axis=1, ddof=1)
+        all_layers.lines.append(Line(ctx.label(model, opt), list(mean.index), list(mean.values), opt, marker="o"))
+        rows += [{"optimizer": ctx.label(model, opt), "batch": batch, "layer": layer,
+                  "group": next((g for g, v in groups.items() if layer in v), ""), "peak_mal": mean[layer],
+                  "peak_mal std": std[layer] if len(per_seed) > 1 else None, "n_seeds": len(per_seed)}
+                 for layer in mean.index]
+    panels.append(all_layers)
+    ctx.figure(panels, prefix, f"Figure 2: MAL of {model} at batch {batch}, layers 1 and {middle}, and every layer")
+    est = {(o, g): group_estimate(ctx, model, o, batch, g, n_layers) for o in ctx.optimizers()
+           for g in (*GROUPS, "all")}
+    pooled = Pooled.of([est[(o, "all")] for o in ctx.optimizers()])   # one per group: the groups share seeds
+    claims = [("early", "merit", "adamw", "in the early layers (1-8 of 24), MERIT suppresses AdamW's MAL"),
+              ("early", "lamb", "adamw", "in the early layers (1-8 of 24), LAMB suppresses AdamW's MAL"),
+              ("middle", "merit", "lamb", "in the middle layers (9-17 of 24), MERIT reduces LAMB's MAL spikes"),
+              ("all", "merit", "lamb", "MERIT's peak MAL over all layers is below LAMB's"),
+              ("all", "merit", "adamw", "MERIT's peak MAL over all layers is below AdamW's")]
+    statements = []
+    for group, a, b, claim in claims:
+        if a in ctx.optimizers() and b in ctx.optimizers():
+            layers = layers_of(group, n_layers)
+            span = (f"layer {layers[0]}" if len(layers) == 1 else f"layers {layers[0]}-{layers[-1]}") if layers else ""
+            where = f"{model}, {span}" if span else model
+            untested = "" if layers else f"a {n_layers}-layer model has no layer in the {group} group"
+            statements.append(statement(f"{claim} (peak over the group's layers and steps, largest batch)",
+                                        [Setting(where, str(batch), est[(a, group)], est[(b, group)],
+                                                 f"{name(a)} vs {name(b)}", not_tested=untested)], ctx.stats,
+                                        pooled=pooled))
+    return pd.DataFrame(rows), record("Figure 2 and the rebuttal's MAL across all layers at 4K", statements,
+                                      differences(ctx))

@@ -1,0 +1,70 @@
+"""Devices and ranks of a training process: one device, or DDP under torchrun (NCCL, or gloo on CPUs)."""
+
+import os
+
+import torch
+import torch.distributed as dist
+
+from merit_repro.utils import UserError
+
+
+def setup_device(cfg):
+    """(rank, world_size, device), starting the process group when run under torchrun."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if cfg.device == "auto":
+        device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
+    else:
+        device = torch.device(cfg.device)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device(f"cuda:{local_rank}")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UserError(f"this cell asks for a GPU (device {cfg.device!r}) but none is visible: "
+                            f"torch.cuda.is_available() is False (CUDA_VISIBLE_DEVICES="
+                            f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')!r}, torch {torch.__version__}); run it on "
+                            "a GPU node, install a CUDA build of torch, or give the model gpus: 0")
+        torch.cuda.set_device(device)
+    if world_size > 1 and not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+    return rank, world_size, device
+
+
+def autocast_for(cfg, device):
+    use_bf16 = cfg.dtype == "bfloat16" or (cfg.dtype == "auto" and device.type == "cuda")
+    if not use_bf16:
+        return None
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+
+
+def all_reduce(value, device, op=None):
+    if not dist.is_initialized():
+        return value
+    t = torch.as_tensor(value, dtype=torch.float64, device=device).clone()
+    dist.all_reduce(t, op=op or dist.ReduceOp.SUM)
+    return t
+
+
+class HostAgreement:
+    """Decisions every rank takes together (stop, checkpoint), agreed each step over a gloo group on the
+    host: no GPU synchronisation, so the GPU's queue of work stays full."""
+
+    def __init__(self, world_size):
+        self.world_size = world_size
+        self.group = None
+        if world_size > 1:
+            self.group = None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
+
+    def max(self, values):
+        """Each value's largest over the ranks (a flag: true on any rank), the same list on every rank."""
+        values = [float(v) for v in values]
+        if self.world_size == 1:
+            return values
+        t = torch.tensor(values, dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
+        return t.tolist()
+
+    def barrier(self):
+        if self.world_size > 1:
+            dist.barrier(group=self.group)

@@ -1,0 +1,151 @@
+"""Config files are data, and every bad key, shape and number is named by its key path before any job (the
+schema, the grid, the cell, the cost tool)."""
+
+import os
+import time
+
+import pytest
+from run_helpers import SCHEMA, cli_error, tiny_config
+from test_train import TINY, cell_file, in_process_run, launch, run_cli, warm_dir  # noqa: F401 (a fixture)
+
+from merit_repro.config import configfiles
+from merit_repro.plan.cell import CellConfig
+from merit_repro.plan.validate import validate
+from merit_repro.train import loop, memory
+
+
+def test_config_files_with_duplicates_aliases_tags_or_templates_are_refused(tmp_path, monkeypatch):
+    cases = {"dup": "a: 1\nb: {c: 2, c: 3}\n",
+             "alias": "a: &x [1, 2]\nb: *x\n",
+             "bomb": "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+                 f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(8)),
+             "tag": "a: !!python/object/apply:os.system [echo PWNED]\n",
+             "yte": "__use_yte__: true\na: ?1 + 1\n"}
+    paths = {}
+    for name, text in cases.items():
+        paths[name] = tmp_path / f"{name}.yaml"
+        paths[name].write_text(text)
+    start = time.perf_counter()
+    found = {name: configfiles.problems(path) for name, path in paths.items()}
+    assert time.perf_counter() - start < 5   # the alias bomb is refused before anything expands it
+    assert found["dup"] == [f"{paths['dup']}, line 2: duplicate key b.c (first at line 2); YAML would keep only the "
+                            "last one: keep one"]
+    assert "line 1: YAML anchors and aliases are refused" in found["alias"][0]
+    assert "line 1: YAML anchors and aliases are refused" in found["bomb"][0]
+    assert "asks for a Python object" in found["tag"][0]
+    assert "__use_yte__ makes Snakemake run the file" in found["yte"][0]
+    latin1 = tmp_path / "latin1.yaml"
+    latin1.write_bytes("name: caf\xe9\n".encode("latin-1"))
+    assert configfiles.problems(latin1) == [f"{latin1}: not UTF-8 text (invalid continuation byte at byte 9); save it "
+                                            "as UTF-8"]
+    monkeypatch.setenv(configfiles.ALLOW_TEMPLATES, "1")
+    assert configfiles.problems(paths["yte"]) == []
+
+
+def test_the_project_configs_are_plain_data():
+    root = os.path.join(os.path.dirname(__file__), "..")
+    for path in ["config/config.yaml", "config/paper.yaml", "tests/workflow_config.yaml", SCHEMA,
+                 "profiles/default/config.yaml", "profiles/slurm/config.yaml"]:
+        assert configfiles.problems(os.path.join(root, path)) == [], path
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda c: c["models"].update({"L" * 300: c["models"]["T"]}), "models: 'LLLL"),
+    (lambda c: c["data"].update({"sh{x}": c["data"]["shakespeare-bytes"]}), "data: 'sh{x}' does not match"),
+    (lambda c: c["data"].update({False: c["data"]["shakespeare-bytes"]}), "data: False is not of type 'string'"),
+    (lambda c: c.update(results="res{model}"), "results: 'res{model}' does not match"),
+    (lambda c: c["experiments"]["sweep"]["paper"].update(batch_sizes={8: "lots"}),
+     "experiments.sweep.paper.batch_sizes.8: 'lots' is not of type 'integer'"),
+    (lambda c: c["experiments"]["sweep"]["paper"].update(tokens="lots"),
+     "experiments.sweep.paper.tokens: 'lots' is not of type 'number', 'null'"),
+    (lambda c: c["experiments"]["sweep"].update(tokens=float("inf")), "experiments.sweep.tokens: inf is greater than"),
+    (lambda c: c["experiments"]["sweep"].update(seeds=[2**63]), "experiments.sweep.seeds.0: 9223372036854775808 is greater"),
+    (lambda c: c["experiments"]["sweep"].update(batch_sizes=[10**12]), "experiments.sweep.batch_sizes.0: 1000000000000 is greater"),
+])
+def test_the_schema_names_each_bad_key_in_one_line(edit, message):
+    config = tiny_config()
+    edit(config)
+    found = configfiles.schema_problems(config, SCHEMA)
+    assert len(found) == 1 and found[0].startswith(message) and "\n" not in found[0], found
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"n_layer": 0}, "n_layer=0 must be >= 1"), ({"n_head": 0}, "n_head=0 must be >= 1"),
+    ({"n_layer": -2}, "n_layer=-2 must be >= 1"), ({"n_embd": 65}, "n_embd=65 is not divisible by n_head=2"),
+    ({"tokens": float("nan")}, "tokens=nan must be a finite number"),
+    ({"tokens": float("inf")}, "tokens=inf must be a finite number"),
+    ({"seed": -1}, "seed=-1 must be in [0, 2**63)"), ({"seed": 10**23}, "seed=100000000000000000000000 must be in"),
+    ({"batch_size": 10**12}, "batch_size=1000000000000 is more sequences"),
+])
+def test_a_cell_names_each_bad_shape_and_number(overrides, message):
+    problems = CellConfig.from_dict({**TINY, **overrides}).problems()
+    assert [m for _, m in problems] == [message] or any(m.startswith(message) for _, m in problems), problems
+
+
+def test_the_workflow_preflight_covers_the_grid_numbers():
+    config = tiny_config()
+    config["experiments"]["sweep"]["tokens"] = float("nan")
+    with pytest.raises(ValueError, match=r"experiments.sweep.tokens=nan must be a finite number"):
+        validate(config)
+    config = tiny_config()
+    config["models"]["T"]["n_layer"] = 0
+    with pytest.raises(ValueError, match=r"models.T.n_layer: n_layer=0 must be >= 1"):
+        validate(config)
+    config = tiny_config()
+    config["models"]["T"]["n_layers"] = 4   # a typo of n_layer used to be a TypeError while Snakemake parsed
+    with pytest.raises(ValueError, match=r"models.T.n_layers is not a cell setting; known settings: batch_size"):
+        validate(config)
+
+
+def test_a_huge_batch_is_split_into_micro_batches_at_once():
+    start = time.perf_counter()
+    assert memory.divisors_of(2 * 3**20)[:2] == [2 * 3**20, 3**20] and memory.divisors_of(1) == [1]
+    assert time.perf_counter() - start < 1
+
+
+@pytest.mark.parametrize("setting, message", [
+    ("n_layer=-2", "n_layer=-2 must be >= 1"), ("seed=-1", "seed=-1 must be in"), ("tokens=.nan", "tokens=nan must"),
+    ("tokens=1e400", "tokens=inf must be a finite number"), ("seed=1e23", "seed='1e23' must be int"),
+    ("batch_size=1000000000000", "batch_size=1000000000000 is more sequences"),
+])
+def test_the_trainer_refuses_bad_numbers_in_one_line(tmp_path, data_dir, capsys, setting, message):
+    line = cli_error(loop.main, ["--config", str(cell_file(tmp_path, data_dir)), "--out", str(tmp_path / "run"),
+                                  "--set", setting], capsys)
+    assert message in line and not (tmp_path / "run").exists()
+
+
+def test_steps_to_target_without_merit_is_made(tmp_path):
+    from synthetic import build, make_artifact
+
+    config = tiny_config()
+    config["experiments"] = {"sweep": {**config["experiments"]["sweep"], "optimizers": ["adamw"],
+                                       "lr_grid": {"adamw": [3e-3]}, "artifacts": ["steps_to_target"]}}
+    paths = build(tmp_path, config, lambda group, lr, seed: 3.0 + 0.01 * seed)
+    verdict = make_artifact(paths, config, "steps_to_target", "sweep")
+    assert verdict["artifact"] == "steps_to_target" and (tmp_path / "paper_figures" / "steps_to_target").is_dir()
+
+
+def test_a_cell_file_with_a_duplicate_key_is_refused(tmp_path, capsys):
+    cell = tmp_path / "cell.yaml"
+    cell.write_text("model: demo-tiny\nlr: 1.0e-3\nlr: 2.0e-3\n")
+    line = cli_error(loop.main, ["--config", str(cell), "--out", str(tmp_path / "run")], capsys)
+    assert f"{cell}, line 3: duplicate key lr (first at line 2)" in line and not (tmp_path / "run").exists()
+
+
+def test_the_cost_tool_reads_a_config_as_the_workflow_does(tmp_path, capsys):
+    from test_workflow import TINY as TINY_WORKFLOW
+
+    from merit_repro.plan import cost
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(TINY_WORKFLOW.read_text().replace("results: results", "results: res{model}"))
+    line = cli_error(cost.main, ["--configfile", str(bad)], capsys)
+    assert "results: 'res{model}' does not match" in line
+
+
+def test_a_number_yaml_reads_as_text_gets_the_fix():
+    config = tiny_config()
+    config["experiments"]["sweep"]["batch_sizes"] = [4, "1e12"]
+    found = configfiles.schema_problems(config, SCHEMA)
+    assert found == ["experiments.sweep.batch_sizes.1: '1e12' is not of type 'integer' (YAML reads 1e12 as text: "
+                     "write it with a dot and a signed exponent, e.g. 1.0e+12)"], found

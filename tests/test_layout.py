@@ -1,0 +1,41 @@
+"""The package's layers (pyproject.toml's import-linter contracts) and the names each stage looks up once."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_the_import_contracts_hold():
+    """Each stage imports only the stages below it; config, plan and report never import torch; the optimizers
+    and models need torch and numpy only."""
+    lint = Path(sys.executable).with_name("lint-imports")
+    if not lint.exists():
+        pytest.fail("lint-imports is not installed: pip install -e '.[test]'")
+    run = subprocess.run([str(lint)], cwd=REPO, capture_output=True, text=True,
+                         env={"PYTHONPATH": str(REPO / "src"), "PATH": "/usr/bin:/bin"})
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    assert "broken" not in run.stdout.lower().split("contracts:")[-1].replace("0 broken", ""), run.stdout
+
+
+def test_every_optimizer_of_the_registry_builds_with_its_fixed_switches():
+    import torch
+
+    from merit_repro.config.registry import OPTIMIZERS
+    from merit_repro.optim import build
+
+    for name, spec in OPTIMIZERS.items():
+        opt = build(name, [torch.nn.Parameter(torch.zeros(2, 2))], lr=1e-3)
+        assert type(opt).__name__ == spec.cls
+        for key, value in spec.fixed.items():
+            assert opt.defaults[key] == value, (name, key)
+
+
+def test_every_artifact_of_the_registry_has_its_module():
+    from merit_repro.config.registry import ARTIFACTS
+    from merit_repro.report.artifacts import ARTIFACT_FUNCTIONS
+
+    assert set(ARTIFACT_FUNCTIONS) == set(ARTIFACTS)

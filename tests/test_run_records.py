@@ -1,0 +1,152 @@
+"""Every number in the report comes from complete runs of the configured cells on the data they claim: run
+files vouched for by their summary, and the corpus in every cell's identity."""
+
+import errno
+import json
+import os
+import re
+import shutil
+
+import pytest
+from run_helpers import cli_error, prepare_again, private_copy, result_keys, tiny_config, trained_on_a_copy
+from test_train import TINY, cell_file, in_process_run, launch, run_cli, warm_dir  # noqa: F401 (a fixture)
+
+from merit_repro.data import __main__ as data_cli
+from merit_repro.data import tokens
+from merit_repro.plan import records
+from merit_repro.plan.validate import corpus_problems
+from merit_repro.report import integrity
+from merit_repro.train import loop
+from merit_repro.utils import UserError
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, data_dir):
+    """One complete cell on a private copy of the demo corpus (the tests prepare that copy again)."""
+    tmp = tmp_path_factory.mktemp("finished")
+    corpus = tmp / "corpus"
+    shutil.copytree(data_dir, corpus)
+    r = run_cli(cell_file(tmp, corpus), tmp / "run")
+    assert r.returncode == 0, r.stderr
+    return tmp / "run", corpus
+
+
+def test_summary_vouches_for_every_run_file(finished_run):
+    run, _ = finished_run
+    summary = json.loads((run / "summary.json").read_text())
+    assert set(summary["files"]) == set(records.VOUCHED)
+    assert summary["files"]["metrics.csv"]["rows"] == 41 and summary["files"] == records.vouch(run)
+    assert records.file_problems(run, summary) == []
+
+
+@pytest.mark.parametrize("name", ["mal.csv", "metrics.csv", "eval.json"])
+def test_a_run_file_cut_short_is_named(finished_run, tmp_path, name):
+    run, corpus, settings = private_copy(finished_run, tmp_path)
+    path = run / name
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    problems = integrity.cell_problems(run, settings, result_keys)
+    assert len(problems) == 1 and problems[0].startswith(f"{name} has "), problems
+
+
+def test_the_collect_step_refuses_a_run_of_other_settings_or_data(finished_run, tmp_path):
+    run, corpus, settings = private_copy(finished_run, tmp_path)
+    assert integrity.cell_problems(run, settings, result_keys) == []
+    assert "lr 0.003 (config: 0.002)" in integrity.cell_problems(run, {**settings, "lr": 2e-3}, result_keys)[0]
+    meta = json.loads((corpus / "meta.json").read_text())
+    meta["splits"]["train"]["sha256"] = "0" * 64   # as a preparation of other data leaves it
+    (corpus / "meta.json").write_text(json.dumps(meta))
+    problems = integrity.cell_problems(run, settings, result_keys)
+    assert len(problems) == 1 and "was trained on corpus" in problems[0] and "now holds" in problems[0], problems
+
+
+def test_check_runs_names_every_bad_run_and_how_to_retrain_it(finished_run, tmp_path):
+    run, corpus, settings = private_copy(finished_run, tmp_path)
+    (run / "mal.csv").write_text("step,layer,head,mal,wq_max,wk_max\n")
+    spec = {"group": {"experiment": "e", "model": "T", "tokens": "1", "optimizer": "merit", "batch": 8},
+            "lrs": ["3e-3"], "grid_seeds": [0], "claim_seeds": [1], "max_extensions": 0}
+    decision = {"group": spec["group"], "extensions": [], "cells": [{"lr": "3e-3", "seed": 0}, {"lr": "9e-3", "seed": 5}]}
+    missing = tmp_path / "never-trained"
+    with pytest.raises(UserError) as err:
+        integrity.check_runs([(decision, spec, [(run, settings), (missing, settings)])], result_keys,
+                             lambda d: f"retrain {d}")
+    text = str(err.value)
+    assert f"{run}: mal.csv has 0 rows" in text and f"retrain {run}" in text
+    assert f"{missing}: it has no summary.json" in text
+    assert "it kept lr 9e-3 seed 5, which is not in its grid" in text
+
+
+def test_an_older_summary_without_records_is_not_trusted(finished_run, tmp_path):
+    run, corpus, settings = private_copy(finished_run, tmp_path)
+    summary = json.loads((run / "summary.json").read_text())
+    del summary["files"]
+    (run / "summary.json").write_text(json.dumps(summary))
+    assert "records no row counts" in integrity.cell_problems(run, settings, result_keys)[0]
+
+
+def test_a_finished_cell_refuses_a_corpus_prepared_again(tmp_path, data_dir, capsys):
+    config, run, corpus = trained_on_a_copy(tmp_path, data_dir, capsys)
+    then = json.loads((run / "summary.json").read_text())["data_fingerprint"]
+    assert loop.main(["--config", str(config), "--out", str(run)]) == 0   # the same corpus: complete
+    assert "already complete" in capsys.readouterr().out
+    prepare_again(corpus)
+    now = records.cell_fingerprints({"data_dir": str(corpus)})
+    line = cli_error(loop.main, ["--config", str(config), "--out", str(run)], capsys)
+    assert str(then) in line and str(now) in line and f"delete {run}" in line
+
+
+def test_a_checkpoint_refuses_to_resume_on_a_corpus_prepared_again(tmp_path, data_dir, capsys):
+    config, out, corpus = trained_on_a_copy(tmp_path, data_dir, capsys, keep_checkpoint=True, checkpoint_every=4)
+    (out / "summary.json").unlink()   # as if it had stopped after its last checkpoint
+    prepare_again(corpus)
+    line = cli_error(loop.main, ["--config", str(config), "--out", str(out)], capsys)
+    assert "ckpt.pt was trained on corpus" in line and "resuming would mix two corpora" in line
+
+
+def test_data_verify_reads_every_byte(tmp_path, data_dir, capsys):
+    corpus = tmp_path / "corpus"
+    shutil.copytree(data_dir, corpus)
+    tokens.verify(corpus)   # leaves its size+mtime marker
+    path = corpus / "train.bin"
+    st = path.stat()
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))   # same size, same mtime
+    line = cli_error(data_cli.main, ["verify", str(corpus)], capsys)
+    assert "does not match the sha256" in line and str(path) in line
+
+
+def test_a_read_only_corpus_can_be_verified_and_trained_on(tmp_path, data_dir, monkeypatch):
+    corpus = tmp_path / "corpus"
+    shutil.copytree(data_dir, corpus)
+    (corpus / tokens.VERIFIED_MARKER).unlink(missing_ok=True)
+
+    def read_only(path, *args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system", str(path))
+    monkeypatch.setattr(tokens, "atomic_write_json", read_only)
+    assert tokens.verify(corpus)["splits"]["train"]["tokens"] > 0
+    assert not (corpus / tokens.VERIFIED_MARKER).exists()
+
+
+@pytest.mark.parametrize("damage", ["metrics.csv cut", "eval.json garbage"])
+def test_a_finished_run_with_damaged_files_is_not_complete(tmp_path, data_dir, capsys, damage):
+    config, run, corpus = trained_on_a_copy(tmp_path, data_dir, capsys)
+    if damage == "metrics.csv cut":
+        (run / "metrics.csv").write_text("".join((run / "metrics.csv").read_text().splitlines(keepends=True)[:5]))
+    else:
+        (run / "eval.json").write_bytes(b"\x00garbage")
+    line = cli_error(loop.main, ["--config", str(config), "--out", str(run)], capsys)
+    name = damage.split()[0]
+    assert f"{run} is a finished run whose files no longer match its summary.json ({name} has" in line
+    assert f"delete {run / 'summary.json'} to retrain the cell" in line
+
+
+def test_a_corpus_prepared_with_other_options_than_the_config_is_refused(tmp_path):
+    config = {**tiny_config(), "results": str(tmp_path / "results")}
+    assert corpus_problems(config) == []   # nothing prepared yet
+    tokens.prepare("shakespeare", "bytes", tmp_path / "results" / "data" / "shakespeare-bytes", max_train_tokens=50_000)
+    [problem] = corpus_problems(config)
+    assert re.search(r"data.shakespeare-bytes: .* was prepared with .*'max_train_tokens': 50000.* but "
+                     r"the config asks for .*'max_train_tokens': None", problem), problem
+    config["data"]["shakespeare-bytes"]["max_train_tokens"] = 50_000
+    assert corpus_problems(config) == []
