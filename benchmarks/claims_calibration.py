@@ -19,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from merit_repro.config.configfiles import schema_defaults  # noqa: E402
 from merit_repro.plan.tuning import tune  # noqa: E402
 from merit_repro.report.claims import HELD, NOT_HELD, Estimate, Pooled, Setting, Stats, statement  # noqa: E402
 
@@ -78,7 +79,7 @@ def main():
     parser.add_argument("--sd", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    stats, rng = Stats(), random.Random(args.seed)
+    stats, rng = Stats.from_report(schema_defaults("report")), random.Random(args.seed)
     print(f"false verdicts with every optimizer equal (seed sd {args.sd}, n = 3 a side, {args.experiments} "
           f"experiments each; alpha {stats.alpha:g}):")
     print("| settings | Welch + Bonferroni (now) | 2 standard errors, no correction (before) |")

@@ -40,6 +40,7 @@ class Planted:
         return (os.system, (f"touch {self.marker}",))
 
 
+@pytest.mark.slow
 def test_a_planted_pickle_as_checkpoint_runs_nothing(tmp_path, data_dir):
     out, marker = tmp_path / "run", tmp_path / "PWNED"
     out.mkdir()
@@ -50,6 +51,7 @@ def test_a_planted_pickle_as_checkpoint_runs_nothing(tmp_path, data_dir):
     assert "ckpt.pt holds objects other than tensors" in line and "delete it to start the cell over" in line
 
 
+@pytest.mark.slow
 def test_a_truncated_checkpoint_names_the_file(tmp_path, data_dir):
     config, out = cell_file(tmp_path, data_dir, keep_checkpoint=True, checkpoint_every=5), tmp_path / "run"
     assert run_cli(config, out).returncode == 0
@@ -60,6 +62,7 @@ def test_a_truncated_checkpoint_names_the_file(tmp_path, data_dir):
     assert str(ckpt) in line and "delete it" in line
 
 
+@pytest.mark.slow
 def test_the_dataset_string_never_reaches_a_shell(tmp_path):
     workdir = copy_workflow(tmp_path / "wf")
     config = yaml.safe_load(TINY_WORKFLOW.read_text())
@@ -72,6 +75,7 @@ def test_the_dataset_string_never_reaches_a_shell(tmp_path):
     assert "error: textfile:x || touch PWNED # does not exist" in log
 
 
+@pytest.mark.slow
 def test_paths_with_spaces(tmp_path):
     workdir = copy_workflow(tmp_path / "a folder with spaces")
     config = yaml.safe_load(TINY_WORKFLOW.read_text())
@@ -88,6 +92,7 @@ def test_paths_with_spaces(tmp_path):
 # ---------------------------------------------------------------- runs are never corrupted
 
 
+@pytest.mark.slow
 def test_a_second_trainer_on_the_same_cell_stops_at_once(tmp_path, data_dir):
     config, out = cell_file(tmp_path, data_dir, tokens=8 * 32 * 400), tmp_path / "run"
     first = run_cli(config, out, wait=False)
@@ -163,6 +168,7 @@ def test_prepare_notices_a_changed_source_and_a_corrupted_split(tmp_path):
         prepare(f"textfile:{corpus}", "bytes", out)
 
 
+@pytest.mark.slow
 def test_results_are_strict_json(tmp_path, data_dir):
     out = tmp_path / "run"
     assert run_cli(cell_file(tmp_path, data_dir, optimizer="adamw", lr=50.0, warmup_frac=0.0), out).returncode == 0
@@ -176,6 +182,7 @@ def test_results_are_strict_json(tmp_path, data_dir):
 # ---------------------------------------------------------------- one error line, before any work
 
 
+@pytest.mark.slow
 def test_train_cli_errors(tmp_path, data_dir):
     assert "No such file or directory" in one_error_line(run_cli(tmp_path / "missing.yaml", tmp_path / "a"))
     bad = tmp_path / "bad.yaml"

@@ -139,6 +139,7 @@ def test_c4_preparing_again_gives_the_same_files(c4_prepared, c4_folder, tokeniz
     assert (out / "train.bin").stat().st_mtime_ns == before
 
 
+@pytest.mark.slow
 def test_c4_through_the_cli_offline_with_max_val_tokens(tmp_path, c4_folder, tokenizer_file):
     root, train, val = c4_folder
     env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}

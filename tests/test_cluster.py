@@ -32,6 +32,7 @@ with open(out, "a") as f:
 """
 
 
+@pytest.mark.slow
 def test_gpu_slots_are_never_shared_by_concurrent_jobs(tmp_path):
     env = {**os.environ, "MERIT_GPUS": "4", "MERIT_GPU_LOCK_DIR": str(tmp_path / "locks")}
     out = tmp_path / "held.jsonl"
@@ -56,6 +57,7 @@ def test_gpu_slots_refuse_more_than_the_pool(monkeypatch, tmp_path):
             pass
 
 
+@pytest.mark.slow
 def test_a_killed_job_releases_its_slots(tmp_path):
     env = {**os.environ, "MERIT_GPUS": "1", "MERIT_GPU_LOCK_DIR": str(tmp_path / "locks")}
     holder = subprocess.Popen([sys.executable, "-c", "from merit_repro.launch.gpu_slots import gpu_slots\nimport time\n"
@@ -118,6 +120,8 @@ def read_metrics(path):
     return pd.read_csv(path).drop(columns=TIMING_COLUMNS)
 
 
+@pytest.mark.slurm
+@pytest.mark.slow
 def test_slurm_profile_gives_the_same_outputs_as_a_local_run(slurm, tmp_path):
     config = yaml.safe_load(TINY.read_text())
     config["experiments"] = {"sweep": config["experiments"]["sweep"]}
@@ -136,6 +140,8 @@ def test_slurm_profile_gives_the_same_outputs_as_a_local_run(slurm, tmp_path):
         assert table.read_text() == (cluster / table.relative_to(local)).read_text(), table
 
 
+@pytest.mark.slurm
+@pytest.mark.slow
 def test_cancelled_job_is_retried_and_resumes_to_identical_results(slurm, tmp_path):
     config = yaml.safe_load(TINY.read_text())
     config["models"]["T"]["gpus"] = 1  # asks SLURM for a (fake) GPU: --gpus=1 ...
@@ -175,6 +181,8 @@ def test_cancelled_job_is_retried_and_resumes_to_identical_results(slurm, tmp_pa
                                       else pd.read_csv(cluster / cell / name))
 
 
+@pytest.mark.slurm
+@pytest.mark.slow
 def test_a_cell_longer_than_its_job_limit_completes_through_a_chain_of_jobs(slurm, tmp_path):
     """max_job_minutes = 0.3 (18 s, of which the trainer keeps a fifth to stop in, and 3 to 9 go to starting
     Python and torch): each job's trainer stops in time to checkpoint and exits 75, Snakemake resubmits it, and

@@ -134,6 +134,7 @@ def test_lambada_from_local_jsonl(tmp_path):
     assert tok.decode(examples[1]["context"]) == "the cat sat on the"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dataset", ["openwebtext", "lambada"])
 def test_offline_hf_datasets_fail_fast_with_a_fix(tmp_path, monkeypatch, dataset):
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")

@@ -29,6 +29,7 @@ def test_garbage_in_a_summary_is_named_on_rerun(tmp_path, data_dir, capsys):
         tuning.read_results({("1e-3", 0): out})
 
 
+@pytest.mark.slow
 def test_a_full_disk_during_a_checkpoint_is_named(tmp_path, data_dir, capsys, monkeypatch):
     from merit_repro.train import checkpoint
 
@@ -72,6 +73,7 @@ def test_an_out_folder_on_a_read_only_file_system_is_named(tmp_path, data_dir, c
     assert line.startswith("error: the file system is read-only") and str(tmp_path / "ro") in line
 
 
+@pytest.mark.slow
 def test_launch_with_gpus_on_a_machine_without_them_is_one_line(tmp_path, data_dir):
     import torch
 
@@ -95,6 +97,7 @@ def test_files_honour_the_umask(tmp_path, umask, mode):
     assert stat.S_IMODE((tmp_path / "summary.json").stat().st_mode) == mode
 
 
+@pytest.mark.slow
 def test_the_warm_trainer_takes_the_launchers_umask(tmp_path, data_dir, warm_dir):
     """The same warm server forks both trainers: each writes its files with its own launcher's umask."""
     modes = {}

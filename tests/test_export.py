@@ -35,6 +35,7 @@ def siblings(path):
     return sorted(p.name for p in path.parent.iterdir())
 
 
+@pytest.mark.slow
 def test_logits_equal_ours(run_dir, exported):
     from transformers import GPT2LMHeadModel
 

@@ -48,6 +48,7 @@ def test_the_script_needs_the_venv(tmp_path):
     assert r.returncode == 1 and "bash scripts/setup.sh" in r.stderr
 
 
+@pytest.mark.slow
 def test_every_part_but_workflow_and_torchrun_passes_on_the_cpu_in_one_table(tmp_path, capsys):
     out = tmp_path / "check.json"
     assert check.main(["--device", "cpu", "--parts", "2,4,5,6,7", "--out", str(out)]) == 0
@@ -78,6 +79,7 @@ def test_a_part_that_raises_is_a_failed_row_and_the_others_still_run(monkeypatch
     shutil.rmtree(kept)
 
 
+@pytest.mark.slow
 def test_an_optimizer_mismatch_fails_the_check(monkeypatch):
     real = reference.run_optimizer
     def off_by_a_percent(name, w, g, device, dtype, foreach):   # LAMB's multi-tensor path only

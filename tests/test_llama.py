@@ -173,6 +173,7 @@ def test_factory_round_trips_through_config_dict():
     assert (overridden.n_layer, overridden.n_head, overridden.n_embd, overridden.intermediate_size) == (3, 4, 128, 1708)
 
 
+@pytest.mark.slow
 def test_a_llama_cell_trains_through_the_trainer_and_evaluates_again(tmp_path, data_dir):
     from merit_repro.plan.cell import CellConfig
     from merit_repro.train.evaluate import main as evaluate

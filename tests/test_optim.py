@@ -74,6 +74,7 @@ def assert_close_rel(ours, ref, tol):
         assert err <= tol, f"{n}: relative error {err:.3e} > {tol}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("foreach", [None, True])
 @pytest.mark.parametrize("weight_decay", [0.0, 0.1])
 @pytest.mark.parametrize("name", sorted(VARIANTS))
@@ -280,6 +281,7 @@ def test_param_groups_decay_matrices_only():
     assert [len(g["params"]) for g in groups] == [1, 4]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("foreach", [False, True])
 @pytest.mark.parametrize("name", ["merit", "lamb", "merit_nofloor", "maxlamb"])
 def test_many_chunks_and_rows_without_update_match_the_reference(name, foreach):

@@ -62,6 +62,7 @@ def test_the_workstation_command_counts_gpus():
     assert s["executor"] is None and s["cores"] == os.cpu_count()
 
 
+@pytest.mark.slow
 def test_the_paper_plan_on_slurm_asks_for_no_job_longer_than_the_limit(tmp_path):
     r = subprocess.run([sys.executable, "-m", "snakemake", "-n", *CLUSTER.split()[1:]], cwd=REPO,
                        capture_output=True, text=True, timeout=120)
@@ -84,6 +85,7 @@ def test_the_paper_plan_on_slurm_asks_for_no_job_longer_than_the_limit(tmp_path)
     assert budgets and max(budgets) == 1440 * 60
 
 
+@pytest.mark.slow
 def test_the_one_gpu_tier_validates_plans_and_fits_a_day():
     """config/gpu1.yaml: plain data, valid, planned by a dry run (18 grid cells of GPT-2 Small on one GPU each),
     and at most 24 H100-hours by merit_repro.plan.cost's own defaults, tuning's upper bound included."""
@@ -107,6 +109,7 @@ def test_the_one_gpu_tier_validates_plans_and_fits_a_day():
     assert float(hours) + float(tuning) <= 24, total[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("gpus", [1])
 def test_a_cell_that_asks_for_a_gpu_without_one_fails_within_seconds(tmp_path, gpus):
     import time

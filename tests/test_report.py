@@ -85,6 +85,7 @@ def test_pairwise_statements_at_each_batch_in_the_papers_direction(tmp_path):
     assert "3.002 ± 0.002" in md and "best-reached" in md
 
 
+@pytest.mark.slow
 def test_pairwise_did_not_hold_and_inconclusive_by_noise(tmp_path):
     base = copy.deepcopy(CLEAR)
     base["merit"][64] = 3.40
@@ -95,6 +96,7 @@ def test_pairwise_did_not_hold_and_inconclusive_by_noise(tmp_path):
     assert result(v, "MERIT vs LAMB", 64) == "inconclusive" and "Welch t(" in reasons(v, "MERIT vs LAMB", 64)
 
 
+@pytest.mark.slow
 def test_inconclusive_by_grid_edge(tmp_path):
     # AdamW's optimum lies far above its grid; one extension is not enough to reach it
     v, paths = verdict(tmp_path, demo_config(), landscape(CLEAR, best_lr={"adamw": 1.0}))
@@ -108,6 +110,7 @@ def test_inconclusive_by_grid_edge(tmp_path):
     assert "extension 1" in set(grid_table.origin)
 
 
+@pytest.mark.slow
 def test_lr_sensitivity_marks_the_minimum_of_what_chose(tmp_path):
     # the grid seed favours 8e-2 for LAMB at 64 by luck; the claim seeds there say otherwise
     base = copy.deepcopy(CLEAR)
@@ -120,6 +123,7 @@ def test_lr_sensitivity_marks_the_minimum_of_what_chose(tmp_path):
         assert chosen.claim_seeds.iloc[0] == 3 and (group[~group.best].claim_seeds == 0).all()
 
 
+@pytest.mark.slow
 def test_diverged_everywhere_loses_and_is_shown(tmp_path):
     v, _ = verdict(tmp_path / "m", demo_config(), landscape(CLEAR, diverged={"merit"}))
     assert result(v, "MERIT vs AdamW", 64) == "did not hold"
@@ -136,6 +140,7 @@ def test_missing_cells_are_inconclusive(tmp_path):
     assert result(v, "MERIT vs AdamW", 64) == "inconclusive" and "missing" in reasons(v, "MERIT vs AdamW", 64)
 
 
+@pytest.mark.slow
 def test_trend_statements_both_ways(tmp_path):
     v, _ = verdict(tmp_path / "paper", demo_config(), landscape(CLEAR))
     assert result(v, "AdamW degrades") == "held"
@@ -180,6 +185,7 @@ def figure1_config(target=2.62):
     return demo_config(sweep=sweep(target_val_loss=target, target_rule="a test's rule"))
 
 
+@pytest.mark.slow
 def test_figure1_final_losses_against_the_target(tmp_path):
     base = copy.deepcopy(CLEAR)
     base["merit"][64] = 2.64          # within target 2.62 + 0.05 at the largest batch; the others are not
@@ -204,6 +210,7 @@ def test_a_diverged_claim_seed_moves_the_best_lr(tmp_path):
     assert "8e-3: diverged (seeds 2)" in merit.grid
 
 
+@pytest.mark.slow
 def test_mal_tables_statements(tmp_path):
     def peak(group, lr, seed):
         return {"adamw": 300.0, "lamb": 200.0, "merit": 105.0}[group.optimizer] * (1.5 if group.batch == 64 else 1) + seed
@@ -219,6 +226,7 @@ def test_mal_tables_statements(tmp_path):
     assert "no reported run of this experiment has a MAL above 100" in reasons(v, "fewer layers")
 
 
+@pytest.mark.slow
 def test_mal_layer_groups(tmp_path):
     config = demo_config(sweep=sweep(artifacts=["mal_vs_step"]))
 
@@ -248,6 +256,7 @@ def test_ablation_each_against_full_merit_and_maxlamb_against_lamb(tmp_path):
     assert result(v, "MERIT beats MERIT without the clip") == "inconclusive"
 
 
+@pytest.mark.slow
 def test_qknorm_statements(tmp_path):
     config = demo_config(qknorm={"models": ["S", "S-qk"], "tokens": 65536, "optimizers": ["adamw", "merit"],
                                  "batch_sizes": {"adamw": [8, 64], "merit": [64]},
@@ -284,6 +293,7 @@ PAPER_SCALE = {"data": {"owt": {"dataset": "openwebtext", "tokenizer": "gpt2"}},
                    "batch_sizes": [128, 1024], "lr_grid": GRID, "artifacts": ["val_loss_vs_batch", "loss_curves"]}}}
 
 
+@pytest.mark.slow
 def test_paper_scale_puts_the_papers_numbers_beside_ours_and_writes_claims_csv(tmp_path):
     base = {"adamw": {128: 3.17, 1024: 3.47}, "lamb": {128: 3.19, 1024: 3.36}, "merit": {128: 3.20, 1024: 3.28}}
     paths = build(tmp_path, PAPER_SCALE, landscape(base))
@@ -331,6 +341,7 @@ def test_the_papers_model_on_a_smaller_budget_keeps_the_papers_numbers_apart(tmp
     assert "small is the paper's own model trained on another token budget" in readme
 
 
+@pytest.mark.slow
 def test_llama_c4_statements_beside_the_rebuttals_table(tmp_path):
     """The rebuttal's Llama / C4 table prints no batch size: our large batch's results stand beside its numbers,
     and MERIT < LAMB < AdamW is tested over the three sizes together, each pair its own statement."""

@@ -31,6 +31,7 @@ def finished_run(tmp_path_factory, data_dir):
     return tmp / "run", corpus
 
 
+@pytest.mark.slow
 def test_summary_vouches_for_every_run_file(finished_run):
     run, _ = finished_run
     summary = json.loads((run / "summary.json").read_text())

@@ -32,6 +32,7 @@ def tensorboard_scalars(run_dir):
     return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
 
 
+@pytest.mark.slow
 def test_tensorboard_holds_every_row_of_the_csvs_across_a_stop_and_its_resumption(tmp_path, data_dir, monkeypatch):
     """A run stopped at its time budget after step 1, then resumed to the end: its tracker is closed at the
     stop and at the end, and TensorBoard has each CSV row, once, at its step."""
@@ -105,6 +106,7 @@ def test_the_environment_variable_unset_or_none_tracks_nothing_and_bad_values_ar
         tracking.from_environment("run", {})
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("trackio") is not None, reason="trackio is installed here")
 def test_the_trainer_run_by_hand_reads_the_variable_and_fails_before_training(tmp_path, data_dir):
     cmd = [sys.executable, "-m", "merit_repro.train", "--config", str(cell_file(tmp_path, data_dir)),
@@ -147,6 +149,7 @@ def one_cell(tmp_path_factory):
     return workdir, path
 
 
+@pytest.mark.slow
 def test_switching_tracking_on_retrains_nothing_and_reaches_the_trainers(one_cell):
     workdir, config = one_cell
     target = f"{CELL.format(seed=0)}/summary.json"
@@ -158,6 +161,7 @@ def test_switching_tracking_on_retrains_nothing_and_reaches_the_trainers(one_cel
     assert list((workdir / CELL.format(seed=1) / "tensorboard").glob("events.out.tfevents.*"))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("trackio") is not None, reason="trackio is installed here")
 def test_a_backend_that_is_not_installed_stops_the_workflow_before_any_job(one_cell):
     workdir, config = one_cell

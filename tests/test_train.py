@@ -85,6 +85,7 @@ def test_rerun_of_complete_cell_is_a_no_op(reference_run):
     assert (run / "metrics.csv").stat().st_mtime_ns == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
 def test_killed_run_resumes_to_identical_metrics(tmp_path, reference_run, sig):
     config, ref = reference_run
@@ -129,6 +130,7 @@ def ddp_run(tmp_path_factory, data_dir):
     return config, tmp / "ddp"
 
 
+@pytest.mark.slow
 def test_micro_batches_and_two_processes_match_one_device(tmp_path, data_dir, ddp_run):
     config, ddp = ddp_run
     for out, extra in [("single", []), ("micro", ["--set", "micro_batch_size=2"])]:
@@ -163,6 +165,7 @@ if os.environ.get("RANK") == "0":   # the trainer's rank 0, not torchrun's agent
 """
 
 
+@pytest.mark.slow
 def test_a_stopped_ddp_cell_exits_75_through_torchrun_with_its_checkpoint_and_resumes_exactly(tmp_path, ddp_run):
     """Every rank waits for rank 0's checkpoint, also one slower than torchrun's 30 s grace (cut to 5 s here:
     a rank that exited before the save would get rank 0 killed), and the stop code comes out of torchrun;
@@ -220,6 +223,7 @@ def test_bad_input_fails_before_training(tmp_path, data_dir, overrides, message)
     assert not (tmp_path / "run" / "metrics.csv").exists()
 
 
+@pytest.mark.slow
 def test_checkpoint_of_another_cell_is_not_overwritten(tmp_path, data_dir):
     config = cell_file(tmp_path, data_dir, keep_checkpoint=True, tokens=8 * 32 * 4)
     assert run_cli(config, tmp_path / "run").returncode == 0
@@ -228,6 +232,7 @@ def test_checkpoint_of_another_cell_is_not_overwritten(tmp_path, data_dir):
     assert r.returncode == 2 and "checkpoint of a different cell" in r.stderr
 
 
+@pytest.mark.slow
 def test_lambada_in_the_cell_and_evaluate_cli_from_saved_weights(tmp_path, data_dir):
     import json
 
@@ -286,6 +291,7 @@ def comparable_summary(run):
     return summary
 
 
+@pytest.mark.slow
 def test_warm_trainer_gives_the_same_run_as_a_fresh_process(tmp_path, data_dir, warm_dir):
     fresh = launch(warm_dir, data_dir, tmp_path / "fresh", warm=False)
     warm = launch(warm_dir, data_dir, tmp_path / "warm", warm=True)
@@ -297,6 +303,7 @@ def test_warm_trainer_gives_the_same_run_as_a_fresh_process(tmp_path, data_dir, 
     assert (tmp_path / "warm" / "eval.json").read_text() == (tmp_path / "fresh" / "eval.json").read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_a_killed_launcher_leaves_a_checkpoint_that_resumes_exactly(tmp_path, data_dir, reference_run, sig, warm_dir):
     """SIGTERM is forwarded to the forked trainer; a SIGKILLed launcher closes the connection, and the trainer
@@ -424,6 +431,7 @@ def test_lambada_perplexity_by_hand(tmp_path):
     assert got["lambada_acc"] == correct / len(texts)
 
 
+@pytest.mark.slow
 def test_fewer_log_points_change_nothing_but_the_timing(tmp_path, data_dir):
     """log_every only decides how often losses are read back from the device: MAL probes between log points
     (every 3 steps, log points every 7) are taken at their own step, and the run is the same."""

@@ -13,6 +13,8 @@ import yaml
 
 from merit_repro.plan import grid
 
+pytestmark = pytest.mark.slow   # every test here runs Snakemake on the tiny config
+
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "tests" / "workflow_config.yaml"
 ARTIFACT_FILES = (".csv", ".md", ".tex", ".json", ".png", ".pdf")

@@ -117,6 +117,7 @@ def test_the_cli_writes_lm_evals_results_beside_the_run(run, task_dir):
     assert ours["accuracy"]["next_line"] == result["results"]["next_line"]["acc,none"] == ours["mean"]
 
 
+@pytest.mark.slow
 def test_a_task_that_is_not_available_offline_fails_before_the_model_loads(tmp_path, run):
     no_weights = tmp_path / "run"
     no_weights.mkdir()

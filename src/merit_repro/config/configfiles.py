@@ -12,6 +12,8 @@ the workflow then refuses to go on, but what the template ran has run. A config 
 checked with this module's command first: it only parses, and never evaluates anything.
 """
 
+import copy
+import functools
 import os
 import sys
 from pathlib import Path
@@ -123,6 +125,34 @@ def load(path):
     if SCHEMA.exists():
         check_schema(config, SCHEMA)
     return config
+
+
+@functools.lru_cache(maxsize=None)
+def _schema():
+    return yaml.safe_load(SCHEMA.read_text())
+
+
+def schema_defaults(key):
+    """The schema's default of a top-level key, with the defaults of its own keys filled in (what Snakemake's
+    validation gives a config that leaves the key out): the one place defaults are written."""
+    return _filled(_schema()["properties"][key])
+
+
+def _filled(schema):
+    value = copy.deepcopy(schema.get("default"))
+    if isinstance(value, dict):
+        for key, sub in schema.get("properties", {}).items():
+            if key not in value and "default" in sub:
+                value[key] = _filled(sub)
+    return value
+
+
+def with_defaults(config, key):
+    """config[key] over the schema's defaults for it (a section given in part keeps the defaults of the rest)."""
+    value = config.get(key)
+    if isinstance(value, dict):
+        return {**schema_defaults(key), **value}
+    return schema_defaults(key) if key not in config else value
 
 
 def check(paths):

@@ -1,8 +1,8 @@
 """A warm trainer: one process that has imported torch forks a ready trainer for each CPU cell.
 
-A fresh ``python -m merit_repro.train`` spends about 3 s before its first step on a laptop CPU
-(importing torch, then the ``torch._dynamo`` import that torch's optimizers trigger), which is
-more than a demo cell trains. So the workflow's launcher (merit_repro.launch) asks a warm server
+A fresh ``python -m merit_repro.train`` spends seconds before its first step on a CPU (importing
+torch, then the ``torch._dynamo`` import that torch's optimizers trigger), which is more than a demo
+cell trains. So the workflow's launcher (merit_repro.launch) asks a warm server
 to fork a trainer instead. The forked child is the same program with the same arguments,
 environment, working directory, umask, resource limits and stdout/stderr as a fresh one; every
 result is the same (each cell seeds its own RNGs), and the workflow keeps one job, one cell, one

@@ -15,7 +15,7 @@ __all__ = ["GPT", "GPTConfig", "LanguageModel", "Llama", "LlamaConfig", "MODEL_S
 
 
 def config_from_dict(d):
-    """The config a ``config_dict()`` (or a named size's entry) describes; no family is GPT-2 (older summaries)."""
+    """The config a ``config_dict()`` (or a named size's entry) describes; no family is GPT-2 (the sizes' entries)."""
     families = {"gpt2": GPTConfig, "llama": LlamaConfig}
     family = d.get("family", "gpt2")
     if family not in families:

@@ -11,12 +11,13 @@ cell shared by several experiments is one path and trains once.
 
 from dataclasses import dataclass, fields
 
+from merit_repro.config.configfiles import with_defaults
+from merit_repro.config.registry import ARTIFACTS
+
 from . import paths
 from .cell import CellConfig
 from .tuning import canonical
 
-ARTIFACTS = ("val_loss_vs_batch", "lambada_ppl_vs_batch", "headline", "steps_to_target", "lr_sensitivity",
-             "mal_vs_step", "mal_tables", "loss_curves", "ablation", "qknorm", "llama_c4", "zeroshot")
 COORDINATES = ("model", "tokens", "optimizer", "batch_size", "lr", "seed", "data_dir", "tokenizer", "lambada_dir")
 MODEL_ONLY_KEYS = ("data", "paper_model", "gpus")
 
@@ -63,7 +64,7 @@ class Group:
 
 def grid_seeds(config, name):
     """Seeds every LR of an experiment's grid is trained with."""
-    return [int(s) for s in config["experiments"][name].get("seeds", config.get("seeds", [0]))]
+    return [int(s) for s in config["experiments"][name].get("seeds", with_defaults(config, "seeds"))]
 
 
 def claim_seeds(config, name):
@@ -101,13 +102,12 @@ def all_groups(config):
 
 def tuning_spec(config, group):
     """What merit_repro.plan.tuning.decide needs to know about a group, besides its results."""
-    tuning = config.get("tuning", {})
+    tuning = with_defaults(config, "tuning")
     return {"group": {"experiment": group.experiment, "model": group.model, "tokens": group.tokens,
                       "optimizer": group.optimizer, "batch": group.batch},
             "lrs": list(group.lrs), "grid_seeds": grid_seeds(config, group.experiment),
             "claim_seeds": claim_seeds(config, group.experiment),
-            "max_extensions": int(tuning.get("max_extensions", 2)),
-            "extension_factor": float(tuning.get("extension_factor", 2.0))}
+            "max_extensions": int(tuning["max_extensions"]), "extension_factor": float(tuning["extension_factor"])}
 
 
 def tuning_owners(config):
@@ -115,7 +115,7 @@ def tuning_owners(config):
     optimizer, batch, LR grid, seeds and tuning settings train the same cells (a cell's settings do not depend
     on its experiment), so ``tuning.decide`` takes the same decisions for each: the first of them (by experiment
     name) walks the rounds and the others adopt its final decision (``tuning --adopt``). Each checkpoint round
-    costs Snakemake a pass over the whole DAG, so the demo walks 25 groups' rounds instead of 43."""
+    costs Snakemake a pass over the whole DAG, so shared rounds are walked once."""
     owners, first = {}, {}
     for key, group in sorted(all_groups(config).items()):
         spec = tuning_spec(config, group)
@@ -158,19 +158,15 @@ def all_cells(config):
     return dict(sorted(cells.items()))
 
 
-ZEROSHOT_DEFAULTS = {"tasks": ["arc_easy", "copa", "hellaswag", "race", "wic"], "task_dirs": [], "local_tasks": {},
-                     "metric": "acc", "limit": None, "batch_size": 32, "weights": "bf16", "offline": True}
-
-
 def zeroshot_settings(config):
-    return {**ZEROSHOT_DEFAULTS, **(config.get("zeroshot") or {})}
+    return with_defaults(config, "zeroshot")
 
 
 def zeroshot_groups(config):
     """The tuned groups whose best-LR claim-seed cells a zeroshot artifact scores."""
     groups = []
     for name in sorted(config["experiments"]):
-        if "zeroshot" in config["experiments"][name].get("artifacts", []):
+        if any(ARTIFACTS[a].needs_zeroshot for a in config["experiments"][name].get("artifacts", []) if a in ARTIFACTS):
             try:
                 groups += experiment_groups(config, name)
             except (KeyError, TypeError):   # a malformed grid: validate() names it

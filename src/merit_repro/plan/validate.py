@@ -82,8 +82,22 @@ def validate(config):
     problems = [f"{where}={value} must be a finite number" for where, value in non_finite(config)]
     if problems:   # every comparison below would pass or fail the wrong way
         raise ValueError("invalid workflow config:\n  " + "\n  ".join(problems))
-    models, data = config["models"], config["data"]
-    for key, spec in models.items():
+    problems = reference_problems(config)
+    reported = set()   # a problem of a setting is named once, at the first cell it shows in
+    for name, exp in config["experiments"].items():
+        problems += experiment_problems(config, name, exp)
+        if not problems:   # the grid and its cells only when the names they use are sound
+            problems += grid_problems(config, name, exp, reported)
+    problems += zeroshot_problems(config)
+    if problems:
+        raise ValueError("invalid workflow config:\n  " + "\n  ".join(problems))
+    return config
+
+
+def reference_problems(config):
+    """Names the config uses that are not defined: corpora, optimizers, coordinates set as defaults."""
+    problems, data = [], config["data"]
+    for key, spec in config["models"].items():
         if spec.get("data") not in data:
             problems.append(f"models.{key}.data={spec.get('data')!r} is not a key of data ({', '.join(data)})")
     if config.get("lambada") and config["lambada"] not in data:
@@ -94,52 +108,53 @@ def validate(config):
     for key in config.get("cell_defaults", {}):
         if key in COORDINATES:
             problems.append(f"cell_defaults.{key} is a cell coordinate; set it in the experiments or models")
-    reported = set()
-    for name, exp in config["experiments"].items():
-        where = f"experiments.{name}"
-        for model in exp["models"]:
-            if model not in models:
-                problems.append(f"{where}.models: {model!r} is not a key of models ({', '.join(models)})")
-        for opt in exp["optimizers"]:
-            if opt not in OPTIMIZER_NAMES:
-                problems.append(f"{where}.optimizers: {opt!r} is unknown; known optimizers: "
-                                f"{', '.join(sorted(OPTIMIZER_NAMES))}")
-        shared = sorted(set(grid_seeds(config, name)) & set(claim_seeds(config, name)))
-        if shared:
-            problems.append(f"{where}: claim seeds {shared} are also grid seeds; the seeds that choose an LR must not "
-                            "report it (its mean would be biased low): give claim_seeds other seeds than seeds")
-        if not claim_seeds(config, name):
-            problems.append(f"{where}: claim_seeds is empty; every best LR needs at least one seed to report it")
-        for artifact in exp.get("artifacts", []):
-            if artifact not in ARTIFACTS:
-                problems.append(f"{where}.artifacts: {artifact!r} is unknown; known artifacts: {', '.join(ARTIFACTS)}")
-        if problems:
-            continue
-        grid_problems = [p for model in exp["models"] for opt in exp["optimizers"]
-                         for p in lr_grid_problems(exp, where, model, opt)]
-        if grid_problems:
-            problems += grid_problems
-            continue
-        for model in exp["models"]:
-            sizes = {opt: len(lr_list(exp, model, opt)) for opt in exp["optimizers"]}
-            if len(set(sizes.values())) > 1 and not exp.get("allow_unequal_lr_grids", False):
-                problems.append(f"{where}.lr_grid: optimizers get grids of different density {sizes}; give every "
-                                "optimizer the same number of LRs (fair tuning) or set allow_unequal_lr_grids: true")
-        try:
-            cells = experiment_cells(config, name)
-        except KeyError as err:
-            problems.append(f"{where}: no value for {err.args[0]} in tokens/batch_sizes (dict keyed by model or optimizer)")
-            continue
-        for cell in sorted({Cell(c.model, c.tokens, c.optimizer, c.batch, c.lr, 0) for c in cells}):
-            found, _ = cell_problems(config, cell)   # every cell: seeds do not change a cell's settings
-            for problem in found:   # once, at the first cell it shows in
-                if problem not in reported:
-                    reported.add(problem)
-                    problems.append(f"{problem} (in {where}, cell {cell.path('results')})")
-    problems += zeroshot_problems(config)
+    return problems
+
+
+def experiment_problems(config, name, exp):
+    """An experiment's models, optimizers, seeds and artifacts."""
+    where, models, problems = f"experiments.{name}", config["models"], []
+    for model in exp["models"]:
+        if model not in models:
+            problems.append(f"{where}.models: {model!r} is not a key of models ({', '.join(models)})")
+    for opt in exp["optimizers"]:
+        if opt not in OPTIMIZER_NAMES:
+            problems.append(f"{where}.optimizers: {opt!r} is unknown; known optimizers: "
+                            f"{', '.join(sorted(OPTIMIZER_NAMES))}")
+    shared = sorted(set(grid_seeds(config, name)) & set(claim_seeds(config, name)))
+    if shared:
+        problems.append(f"{where}: claim seeds {shared} are also grid seeds; the seeds that choose an LR must not "
+                        "report it (its mean would be biased low): give claim_seeds other seeds than seeds")
+    if not claim_seeds(config, name):
+        problems.append(f"{where}: claim_seeds is empty; every best LR needs at least one seed to report it")
+    for artifact in exp.get("artifacts", []):
+        if artifact not in ARTIFACTS:
+            problems.append(f"{where}.artifacts: {artifact!r} is unknown; known artifacts: {', '.join(ARTIFACTS)}")
+    return problems
+
+
+def grid_problems(config, name, exp, reported):
+    """An experiment's LR grids (each list, equal density) and every setting of every cell they make."""
+    where = f"experiments.{name}"
+    problems = [p for model in exp["models"] for opt in exp["optimizers"] for p in lr_grid_problems(exp, where, model, opt)]
     if problems:
-        raise ValueError("invalid workflow config:\n  " + "\n  ".join(problems))
-    return config
+        return problems
+    for model in exp["models"]:
+        sizes = {opt: len(lr_list(exp, model, opt)) for opt in exp["optimizers"]}
+        if len(set(sizes.values())) > 1 and not exp.get("allow_unequal_lr_grids", False):
+            problems.append(f"{where}.lr_grid: optimizers get grids of different density {sizes}; give every "
+                            "optimizer the same number of LRs (fair tuning) or set allow_unequal_lr_grids: true")
+    try:
+        cells = experiment_cells(config, name)
+    except KeyError as err:
+        return problems + [f"{where}: no value for {err.args[0]} in tokens/batch_sizes (dict keyed by model or optimizer)"]
+    for cell in sorted({Cell(c.model, c.tokens, c.optimizer, c.batch, c.lr, 0) for c in cells}):
+        found, _ = cell_problems(config, cell)   # every cell: seeds do not change a cell's settings
+        for problem in found:
+            if problem not in reported:
+                reported.add(problem)
+                problems.append(f"{problem} (in {where}, cell {cell.path('results')})")
+    return problems
 
 
 def zeroshot_problems(config):
@@ -149,7 +164,8 @@ def zeroshot_problems(config):
         if spec.get("data") not in config["data"]:
             problems.append(f"zeroshot.local_tasks.{name}.data={spec.get('data')!r} is not a key of data "
                             f"({', '.join(config['data'])})")
-    wanted = any("zeroshot" in exp.get("artifacts", []) for exp in config["experiments"].values())
+    wanted = any(ARTIFACTS[a].needs_zeroshot for exp in config["experiments"].values() for a in exp.get("artifacts", [])
+                 if a in ARTIFACTS)
     if wanted and not settings["tasks"]:
         problems.append("zeroshot.tasks is empty, but an experiment asks for the zeroshot artifact: name its tasks")
     return problems

@@ -110,12 +110,14 @@ def t_critical(alpha, df):
 
 @dataclass
 class Stats:
-    alpha: float = 0.05
-    tolerance: float = 0.005
+    """The level of each statement and the smallest relative difference treated as real (the config's report
+    block; its defaults are the schema's)."""
+    alpha: float
+    tolerance: float
 
     @classmethod
     def from_report(cls, report):
-        return cls(float(report.get("alpha", cls.alpha)), float(report.get("tolerance", cls.tolerance)))
+        return cls(float(report["alpha"]), float(report["tolerance"]))
 
 
 @dataclass

@@ -18,8 +18,8 @@ from .integrity import check_runs
 RUN_COLUMNS = ["model", "tokens", "optimizer", "batch", "lr", "seed", "run_dir", "status", "final_val_loss",
                "best_val_loss", "steps", "lambada_ppl", "lambada_acc", "peak_mal", "peak_mal_layer", "peak_mal_step",
                "n_layers", "n_layers_mal_over_threshold", "loss_spikes", "tokens_per_s", "train_seconds"]
-GROUP = ["experiment", "model", "tokens", "optimizer", "batch"]
-CELL = ["model", "tokens", "optimizer", "batch", "lr", "seed"]
+GROUP_COLUMNS = ["experiment", "model", "tokens", "optimizer", "batch"]
+CELL_COLUMNS = ["model", "tokens", "optimizer", "batch", "lr", "seed"]
 # Run metrics aggregated over the seeds at a group's best LR (mean, and std as "<metric>_std").
 AGGREGATED = ["final_val_loss", "best_val_loss", "lambada_ppl", "lambada_acc", "peak_mal", "n_layers_mal_over_threshold", "loss_spikes"]
 
@@ -60,7 +60,7 @@ def runs_table(decisions, results, mal_threshold):
     """(runs, cells) from the tuned groups' decisions: one row per distinct cell (read from its run
     directory under results/, which its run_dir is relative to), and which cells each experiment trained."""
     cells = cells_table(decisions)
-    distinct = cells[CELL].drop_duplicates().itertuples(index=False)
+    distinct = cells[CELL_COLUMNS].drop_duplicates().itertuples(index=False)
     runs = collect_runs([(Cell(*c).path(results), c._asdict()) for c in distinct], mal_threshold, results)
     return runs, cells
 
@@ -82,9 +82,9 @@ def check_collected(decisions, expected, results):
 
 def cells_table(decisions):
     """Every cell each experiment trained, with why it exists (configured grid, extension, claim seed)."""
-    rows = [dict(zip(GROUP, (d["group"][k] for k in GROUP)), lr=c["lr"], seed=c["seed"], lr_origin=c["lr_origin"],
+    rows = [dict(zip(GROUP_COLUMNS, (d["group"][k] for k in GROUP_COLUMNS)), lr=c["lr"], seed=c["seed"], lr_origin=c["lr_origin"],
                  seed_origin=c["seed_origin"]) for d in decisions for c in d["cells"]]
-    return pd.DataFrame(rows, columns=GROUP + ["lr", "seed", "lr_origin", "seed_origin"])
+    return pd.DataFrame(rows, columns=GROUP_COLUMNS + ["lr", "seed", "lr_origin", "seed_origin"])
 
 
 def _grid_text(decision):
@@ -106,7 +106,7 @@ def best_lr_table(decisions, runs):
     rows = []
     for d in decisions:
         g = d["group"]
-        row = {k: g[k] for k in GROUP}
+        row = {k: g[k] for k in GROUP_COLUMNS}
         row.update(status=d["status"], lr=d["best_lr"], at_edge=bool(d["at_edge"]), n_lrs=len(d["table"]),
                    extensions=" ".join(d["extensions"]), n_diverged=sum(len(r["diverged_seeds"]) for r in d["table"]),
                    grid=_grid_text(d))
@@ -124,7 +124,7 @@ def best_lr_table(decisions, runs):
             layers = at_best.peak_mal_layer.dropna()
             row["peak_mal_layer"] = int(layers.mode().min()) if len(layers) else None
         rows.append(row)
-    columns = GROUP + ["status", "lr", "at_edge", "n_lrs", "extensions", "n_diverged", "n_seeds", "seeds"] + \
+    columns = GROUP_COLUMNS + ["status", "lr", "at_edge", "n_lrs", "extensions", "n_diverged", "n_seeds", "seeds"] + \
         [c for m in AGGREGATED for c in (m, f"{m}_std", f"{m}_n")] + ["peak_mal_layer", "grid"]
     return pd.DataFrame(rows).reindex(columns=columns)
 

@@ -25,8 +25,6 @@ class LoopState:
 
     @classmethod
     def from_checkpoint(cls, saved):
-        if "timed_steps" not in saved:   # a checkpoint from before training time excluded start-up
-            saved = {**saved, "train_seconds": 0.0}
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in saved.items() if k in known})
 

@@ -9,8 +9,9 @@ import pandas as pd
 
 from merit_repro.report.claims import Setting, statement
 
-from .context import BASELINES, differences, estimate_columns, name, record
+from .context import BASELINES, estimate_columns, name, record
 from .loss_curves import curve_panel
+from .paper import differences
 
 
 def ablation(ctx, prefix):

@@ -15,7 +15,8 @@ from merit_repro.data.tokenizers import TOKENIZERS
 from merit_repro.report.claims import NO_WORSE, Setting, statement
 from merit_repro.report.figures import Line, Panel
 
-from .context import differences, estimate_columns, record, val_curve_by_tokens
+from .context import estimate_columns, record, val_curve_by_tokens
+from .paper import differences
 
 TOKENS_PER_PARAMETER = 48e9 / 355e6   # the abstract's budget for GPT-2 Medium
 BATCH_RATIO = 6144 / 480

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from merit_repro.config.configfiles import with_defaults
 from merit_repro.report.claims import Stats
 from merit_repro.report.tables import to_markdown
 
-from .context import budget_only, stands_in
+from .paper import budget_only, stands_in
 
 CLAIM_COLUMNS = ["artifact", "experiment", "claim", "model", "batch", "subject", "reference", "subject_mean",
                  "subject_sd", "subject_n", "reference_mean", "reference_sd", "reference_n", "difference", "margin",
@@ -24,7 +25,7 @@ def claims_table(verdicts):
 
 def protocol(config):
     """How a verdict is reached, said once in the index and beside every table."""
-    stats = Stats.from_report(config.get("report", {}))
+    stats = Stats.from_report(with_defaults(config, "report"))
     return (f"Each LR is chosen on the grid seeds ({', '.join(map(str, config.get('seeds', [0])))}) and reported over "
             "other seeds, the claim seeds, trained at the chosen LR afterwards, so the reported mean is not biased by "
             "the choice; an LR where any seed diverged, a claim seed too, is disqualified and the next best gets the claim "
@@ -76,7 +77,7 @@ def write_index(verdict_paths, out, config, claims_csv=None):
             lines.append(f"| {link} | {v['experiment']} | {s['claim']} | {s['where']} | **{s['result']}** |")
     results = pd.Series([s["result"] for v in verdicts for s in v["statements"]])
     counts, tested = results.value_counts(), int(results.isin(["held", "did not hold", "inconclusive"]).sum())
-    alpha = Stats.from_report(config.get("report", {})).alpha
+    alpha = Stats.from_report(with_defaults(config, "report")).alpha
     lines += ["", "Statements: " + ", ".join(f"{counts[k]} {k}" for k in counts.index) + f". Each of the {tested} "
               f"tested statements is a test at alpha {alpha:g}: were every optimizer equal, about {alpha * tested:.1f} "
               "of them would still come out held or did-not-hold by chance (at most alpha each, "

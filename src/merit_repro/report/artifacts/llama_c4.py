@@ -8,8 +8,9 @@ and MERIT vs LAMB, each over every model size at the experiment's largest batch.
 
 import pandas as pd
 
-from .context import differences, estimate_columns, paper_rows, record
+from .context import estimate_columns, record
 from .loss_curves import curve_panel
+from .paper import differences, paper_rows
 
 TABLE = "llama_c4"
 

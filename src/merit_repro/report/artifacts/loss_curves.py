@@ -9,7 +9,8 @@ import pandas as pd
 
 from merit_repro.report.figures import Line, Panel
 
-from .context import differences, estimate_columns, record, val_curve
+from .context import estimate_columns, record, val_curve
+from .paper import differences
 
 
 def curve_panel(ctx, model, batch, optimizers, title):

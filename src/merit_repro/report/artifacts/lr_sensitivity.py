@@ -10,7 +10,8 @@ import pandas as pd
 
 from merit_repro.report.figures import Line, Panel
 
-from .context import differences, record
+from .context import record
+from .paper import differences
 
 STYLES = ["-", "--", ":", "-."]
 

@@ -13,13 +13,14 @@ import pandas as pd
 from merit_repro.report.claims import Setting, finite_mean, statement
 from merit_repro.report.figures import Line, Panel
 
-from .context import differences, name, paper_rows, record
+from .context import name, record
+from .paper import differences, paper_rows
 
 TABLE = "peak_mal_vs_batch"
 
 
 def mal_tables(ctx, prefix):
-    threshold = ctx.report.get("mal_threshold", 100)
+    threshold = ctx.report["mal_threshold"]
     over = f"layers_mal>{threshold:g}"
     rows, panels, settings, growth, counts = [], [], [], {o: [] for o in ctx.optimizers()}, []
     reported = [ctx.seed_runs(r.model, r.optimizer, r.batch) for r in ctx.best.itertuples()]

@@ -17,7 +17,8 @@ from merit_repro.report.claims import Estimate, Pooled, Setting, statement
 from merit_repro.report.figures import Line, Panel
 from merit_repro.report.tables import mal_by_layer
 
-from .context import differences, mal_curve, name, record
+from .context import mal_curve, name, record
+from .paper import differences
 
 GROUPS = {"early": 8 / 24, "middle": 17 / 24, "deep": 1.0}   # the rebuttal's groups' upper ends, as depth fractions
 

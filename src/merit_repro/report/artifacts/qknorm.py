@@ -12,7 +12,8 @@ import pandas as pd
 from merit_repro.report.claims import Setting, statement
 from merit_repro.report.figures import Line, Panel
 
-from .context import differences, record, val_curve
+from .context import record, val_curve
+from .paper import differences
 
 
 def qknorm(ctx, prefix):

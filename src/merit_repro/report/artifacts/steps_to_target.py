@@ -16,7 +16,8 @@ import pandas as pd
 from merit_repro.report.claims import Estimate, Setting, finite_mean, statement
 from merit_repro.report.figures import Line, Panel
 
-from .context import _per, differences, name, record
+from .context import name, record
+from .paper import _per, differences
 
 
 def target_of(ctx, model):
@@ -32,7 +33,7 @@ def steps_of(ctx, model, opt, batch):
 
 
 def steps_to_target(ctx, prefix):
-    tol = ctx.report.get("target_tolerance", 0.05)
+    tol = ctx.report["target_tolerance"]
     rule = ctx.spec.get("target_rule", "")
     rows, panels, settings = [], [], {o: [] for o in ctx.optimizers()}
     for model in ctx.spec["models"]:

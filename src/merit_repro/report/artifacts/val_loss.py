@@ -10,7 +10,8 @@ import pandas as pd
 from merit_repro.report.claims import Setting, finite_mean, statement
 from merit_repro.report.figures import Line, Panel
 
-from .context import differences, estimate_columns, paper_rows, record
+from .context import estimate_columns, record
+from .paper import differences, paper_rows
 
 LOSS = ("final_val_loss", "val_loss_vs_batch", "val_loss", "validation loss",
         "rebuttal tables: validation loss vs batch size (GPT-2 Small, Medium)")

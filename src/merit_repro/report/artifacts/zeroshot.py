@@ -22,7 +22,8 @@ from merit_repro.plan.paths import zeroshot_file
 from merit_repro.report.claims import LOWER, NO_WORSE, Estimate, Pooled, Setting, statement
 from merit_repro.report.figures import Line, Panel
 
-from .context import differences, record
+from .context import record
+from .paper import differences
 
 TABLE = "downstream_zero_shot"
 PAPER_METRICS = {"arc_easy": "acc_arc", "copa": "acc_copa", "hellaswag": "acc_hellaswag", "race": "acc_race",
