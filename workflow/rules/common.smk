@@ -53,6 +53,8 @@ except UserError as err:
 # a rule's params: switching it on or off retrains nothing.
 os.environ[tracking.ENV] = json.dumps(config["tracking"], sort_keys=True)
 
+PYTHON = sys.executable  # the interpreter running Snakemake, so jobs see the same packages
+
 
 def preflight(log):
     """When a run starts (not while the workflow is parsed, and not in a dry run): corpora prepared with other
@@ -79,7 +81,6 @@ onstart:
     preflight(log)
 
 
-PYTHON = sys.executable  # the interpreter running Snakemake, so jobs see the same packages
 ENV = "../../environment.yml"  # with --use-conda (sdm conda); relative to the rule files
 PAPER_NUMBERS = str(Path(workflow.basedir) / "workflow" / "resources" / "paper_numbers.csv")
 RESULTS = config["results"]

@@ -84,17 +84,7 @@ class Run:
         self.fingerprints = {"data": records.fingerprint(self.meta)}
         if cfg.lambada_dir:
             self.fingerprints["lambada"] = records.fingerprint(tokens.verify(cfg.lambada_dir, tokenizer=cfg.tokenizer))
-        for split in tokens.SPLITS:
-            n = self.meta["splits"][split]["tokens"]
-            if n < cfg.block_size + 2:
-                raise ValueError(f"block_size={cfg.block_size} is larger than the {split} split of {cfg.data_dir} "
-                                 f"({n} tokens); use a smaller block_size or more data")
-        if cfg.batch_size % self.world_size:
-            raise ValueError(f"batch_size={cfg.batch_size} is not divisible by the {self.world_size} devices")
-        self.per_rank_batch = cfg.batch_size // self.world_size
-        if cfg.micro_batch_size and self.per_rank_batch % cfg.micro_batch_size:
-            raise ValueError(f"batch_size={cfg.batch_size} is not divisible by micro_batch_size={cfg.micro_batch_size} "
-                             f"x {self.world_size} devices; choose a micro_batch_size that divides {self.per_rank_batch}")
+        self.per_rank_batch = self.check_shapes()
         self.autocast = autocast_for(cfg, self.device)
         torch.manual_seed(cfg.seed)
         self.model_config = build_config(
@@ -107,17 +97,9 @@ class Run:
         self.flops_per_token = self.model.flops_per_token()
         self.peak_flops = peak_flops(describe_device(self.device), cfg.peak_flops) if self.device.type == "cuda" \
             else cfg.peak_flops
-        self.micro_batch = cfg.micro_batch_size or fit_micro_batch(
-            self.model, self.per_rank_batch, cfg.block_size, self.device, self.autocast, self.world_size, self.log)
-        self.micro_batch = int(all_reduce(self.micro_batch, self.device, dist.ReduceOp.MIN)) if self.world_size > 1 \
-            else self.micro_batch
+        self.micro_batch = self.agreed_micro_batch()
         self.accum = self.per_rank_batch // self.micro_batch
-        self.train_model = self.model
-        if cfg.compile:
-            self.train_model = torch.compile(self.model)
-        if self.world_size > 1:
-            self.train_model = DistributedDataParallel(self.train_model,
-                                                       device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        self.train_model = self.wrapped_for_training()
         self.names = {p: n for n, p in self.model.named_parameters()}
         val = tokens.open_tokens(cfg.data_dir, "val", self.meta)
         self.probe_batch = batches.windows(val, batches.validation_offsets(len(val), cfg.block_size,
@@ -134,6 +116,41 @@ class Run:
         self.clock = Clock(self.device)
         self.divergence = DivergenceRule(cfg.divergence_factor, cfg.divergence_window, cfg.spike_factor, cfg.steps)
         self.tracker = tracking.Tracker()   # run() opens the one MERIT_TRACKING asks for
+
+    # -- set-up
+
+    def check_shapes(self):
+        """The batch each rank trains on, once the splits hold a window and the batch divides into the devices and
+        micro-batches (a ValueError naming the fix otherwise)."""
+        cfg = self.cfg
+        for split in tokens.SPLITS:
+            n = self.meta["splits"][split]["tokens"]
+            if n < cfg.block_size + 2:
+                raise ValueError(f"block_size={cfg.block_size} is larger than the {split} split of {cfg.data_dir} "
+                                 f"({n} tokens); use a smaller block_size or more data")
+        if cfg.batch_size % self.world_size:
+            raise ValueError(f"batch_size={cfg.batch_size} is not divisible by the {self.world_size} devices")
+        per_rank = cfg.batch_size // self.world_size
+        if cfg.micro_batch_size and per_rank % cfg.micro_batch_size:
+            raise ValueError(f"batch_size={cfg.batch_size} is not divisible by micro_batch_size={cfg.micro_batch_size} "
+                             f"x {self.world_size} devices; choose a micro_batch_size that divides {per_rank}")
+        return per_rank
+
+    def agreed_micro_batch(self):
+        """The configured micro-batch, else the largest that fits this device; the smallest over the ranks."""
+        cfg = self.cfg
+        micro_batch = cfg.micro_batch_size or fit_micro_batch(
+            self.model, self.per_rank_batch, cfg.block_size, self.device, self.autocast, self.world_size, self.log)
+        if self.world_size > 1:
+            micro_batch = int(all_reduce(micro_batch, self.device, dist.ReduceOp.MIN))
+        return micro_batch
+
+    def wrapped_for_training(self):
+        """The model as the steps call it: compiled when asked, in DDP over several ranks."""
+        model = torch.compile(self.model) if self.cfg.compile else self.model
+        if self.world_size > 1:
+            model = DistributedDataParallel(model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        return model
 
     # -- pieces of a step
 
