@@ -1,4 +1,5 @@
 # Helpers: config checks, wildcard constraints, the grid of cells, tuning rounds, input functions, final targets.
+import functools
 import json
 import math
 import os
@@ -120,9 +121,15 @@ def run_dir(cell):
 
 
 def cell_of(wildcards):
-    return grid.cell_config(
-        config, wildcards.model, wildcards.tokens, wildcards.optimizer, wildcards.batch, wildcards.lr, wildcards.seed
+    """A cell's settings; asked for by its inputs, params and resources, so built once per cell."""
+    return _cell_settings(
+        wildcards.model, wildcards.tokens, wildcards.optimizer, wildcards.batch, wildcards.lr, wildcards.seed
     )
+
+
+@functools.lru_cache(maxsize=None)
+def _cell_settings(*coordinates):
+    return grid.cell_config(config, *coordinates)
 
 
 def prepare_args(dataset, out, threads):

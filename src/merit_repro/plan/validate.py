@@ -145,11 +145,11 @@ def grid_problems(config, name, exp, reported):
             problems.append(f"{where}.lr_grid: optimizers get grids of different density {sizes}; give every "
                             "optimizer the same number of LRs (fair tuning) or set allow_unequal_lr_grids: true")
     try:
-        cells = experiment_cells(config, name)
+        cells = seedless_cells(config, name)
     except KeyError as err:
         return problems + [f"{where}: no value for {err.args[0]} in tokens/batch_sizes (dict keyed by model or optimizer)"]
-    for cell in sorted({Cell(c.model, c.tokens, c.optimizer, c.batch, c.lr, 0) for c in cells}):
-        found, _ = cell_problems(config, cell)   # every cell: seeds do not change a cell's settings
+    for cell in cells:
+        found, _ = cell_problems(config, cell)
         for problem in found:
             if problem not in reported:
                 reported.add(problem)
@@ -193,13 +193,18 @@ def optimizer_settings(config):
     with, with its key path and first cell, for ``merit_repro.optim.check`` to build once."""
     found = {}
     for name in sorted(config["experiments"]):
-        for cell in sorted({Cell(c.model, c.tokens, c.optimizer, c.batch, c.lr, 0) for c in experiment_cells(config, name)}):
+        for cell in seedless_cells(config, name):
             cfg = CellConfig.from_dict(cell_config(config, *cell_args(cell)))
             setting = {"optimizer": cfg.optimizer, "hparams": cfg.optimizer_kwargs(), "weight_decay": cfg.weight_decay}
             key = json.dumps(setting, sort_keys=True, default=str)
             found.setdefault(key, {"where": f"optimizers.{cell.optimizer}",
                                    "cell": f"in experiments.{name}, cell {cell.path('results')}", **setting})
     return list(found.values())
+
+
+def seedless_cells(config, name):
+    """An experiment's cells once per setting: seeds do not change a cell's settings."""
+    return sorted({Cell(c.model, c.tokens, c.optimizer, c.batch, c.lr, 0) for c in experiment_cells(config, name)})
 
 
 def cell_args(cell):
