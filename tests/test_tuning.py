@@ -93,13 +93,22 @@ def test_every_lr_diverged_tries_smaller_lrs_then_reports_diverged():
     assert record["best_lr"] is None and record["status"] == "diverged at every LR" and record["done"]
 
 
-def test_a_diverged_claim_seed_disqualifies_the_lr_and_the_next_best_is_seeded():
+def test_a_diverged_claim_seed_is_counted_and_the_first_choice_stands():
+    """The estimand is fixed before the claim seeds run: choosing again on the seeds that report would bias it."""
     train, calls = trainer(bowl(2e-3), diverged={("2e-3", 2)})
     record = tune(SPEC, train)
-    assert record["best_lr"] != "2e-3"
+    assert record["best_lr"] == "2e-3" and record["status"] == "ok"
     table = {r["lr"]: r for r in record["table"]}
-    assert table["2e-3"]["disqualified"] and table["2e-3"]["diverged_seeds"] == [2]
-    assert sorted(s for lr, s in record["cells"] if lr == record["best_lr"]) == [0, 1, 2, 3]
+    assert not table["2e-3"]["disqualified"] and table["2e-3"]["claim_diverged"] == [2]
+    assert sorted(s for lr, s in record["cells"] if lr == "2e-3") == [0, 1, 2, 3]
+    assert not any(s in (1, 2, 3) for lr, s in record["cells"] if lr != "2e-3")   # no second choice trained
+
+
+def test_a_diverged_grid_seed_disqualifies_the_lr():
+    train, calls = trainer(bowl(2e-3), diverged={("2e-3", 0)})
+    record = tune(SPEC, train)
+    table = {r["lr"]: r for r in record["table"]}
+    assert record["best_lr"] != "2e-3" and table["2e-3"]["disqualified"] and table["2e-3"]["diverged_seeds"] == [0]
 
 
 def test_selection_uses_the_grid_seeds_only():

@@ -24,7 +24,7 @@ from .validate import validate
 
 def tuning_cells(config, group):
     """At most how many cells tuning adds to a group: max_extensions points x the grid seeds, then the claim
-    seeds the grid seeds lack at the best LR (again after a disqualified best, which is rare)."""
+    seeds the grid seeds lack at the best LR (chosen once)."""
     spec = grid.tuning_spec(config, group)
     extra_seeds = len(set(spec["claim_seeds"]) - set(spec["grid_seeds"]))
     return spec["max_extensions"] * len(spec["grid_seeds"]) + extra_seeds

@@ -12,9 +12,11 @@ cells have finished, ``decide`` reads their results and asks for at most one mor
 
 The best LR is the lowest mean final validation loss over the grid seeds (the seeds every LR
 has, so extra seeds at one LR never move the choice), ties to the smaller LR. An LR is
-disqualified when any of its seeds diverged, so a claim seed that diverges sends the choice to
-the next-best LR, which then gets the claim seeds in turn. Every round adds cells from a finite
-set, so tuning ends. A best LR still on an edge once the extensions are spent is reported as
+disqualified when one of its grid seeds diverged. The choice is made by the grid seeds alone and
+never revised: the claim seeds report the first choice, and a claim seed that diverges there is
+counted as a divergence of that LR (``claim_diverged``), not a reason to choose again on the seeds
+that report (which would bias the reported mean). Every round adds cells from a finite set, so
+tuning ends. A best LR still on an edge once the extensions are spent is reported as
 such (``at_edge``), and the verdicts treat it as a tuning failure.
 
 This module is stdlib-only: the workflow's checkpoint job runs
@@ -61,13 +63,15 @@ def per_lr(results, lrs, grid_seeds):
     for lr in sorted(lrs, key=lr_key):
         seeds = {seed: loss for (cell_lr, seed), loss in results.items() if cell_lr == lr}
         diverged = sorted(s for s, loss in seeds.items() if loss is None)
+        grid_diverged = [s for s in diverged if s in grid_seeds]
         grid = [seeds[s] for s in grid_seeds if s in seeds]
         complete = len(grid) == len(grid_seeds)
-        selection = statistics.fmean(grid) if complete and not diverged else None
+        selection = statistics.fmean(grid) if complete and not grid_diverged else None
         finished = [loss for loss in seeds.values() if loss is not None]
         rows.append({"lr": lr, "seeds": {str(s): seeds[s] for s in sorted(seeds)}, "diverged_seeds": diverged,
                      "selection_loss": selection, "mean": statistics.fmean(finished) if finished else None,
-                     "disqualified": bool(diverged)})
+                     "disqualified": bool(grid_diverged),
+                     "claim_diverged": [s for s in diverged if s not in grid_seeds]})
     return rows
 
 

@@ -1,108 +1,65 @@
-"""The paper's statements as tests: held, did not hold, inconclusive, or not tested at this scale.
+"""The paper's statements as tests: held, did not hold, equivalent, inconclusive (with why), not tested at
+this scale, or descriptive.
 
-Every statement is "the subject is lower than the reference" (lower is better for every metric
-used here: validation loss, LAMBADA perplexity, peak MAL) or "the subject is no worse than the
-reference" (the headline). An ``Estimate`` is one optimizer's best-LR result in one setting: the
-mean over its claim seeds, their standard deviation and count, whether its best LR is on an edge
-of its grid, and whether it diverged at every LR (its value is then +inf: it lost). Estimates
-combine linearly (``a - b``), so a trend ("AdamW degrades from the smallest to the largest
-batch") or a growing gap is one estimate with its own standard error.
+Every statement is about d = subject - reference, lower is better for every metric used here
+(validation loss, LAMBADA perplexity, peak MAL, zero-shot error). ``lower``: the subject is lower;
+``no worse``: non-inferiority (the headline, and an ordering whose printed gap is below the tolerance:
+what the paper shows there is no worse, not better); ``descriptive``: an ordering the paper prints but
+does not claim, computed and never judged. An ``Estimate`` is one optimizer's result at its first-choice LR in one
+setting: its claim seeds' mean, sd, count and per-seed values; estimates combine linearly (``a - b``), so
+a trend or a growing gap is one estimate too.
 
-For a difference d = subject - reference, a sum of independent seed means sum_i c_i x_i:
+The test fits the design, fixed before the runs:
 
-    se         = sqrt(sum_i c_i² s_i² / n_i)
-    df         = se⁴ / sum_i (c_i² s_i² / n_i)² / df_i         Welch–Satterthwaite (df_i = n_i - 1)
-    noise      = t(1 - alpha / (2 k), df) x se                  two-sided, Bonferroni over the k settings
-    tolerance  = report.tolerance x the reference's scale       the smallest difference treated as real
-    margin     = max(noise, tolerance)
-    better when d < -margin, worse when d > margin, otherwise a tie.
+    paired     every term has the same claim seeds and, within each (model, batch), coefficients that sum
+               to zero: runs at one seed share initialisation and batch order there, so the per-seed
+               contrasts c_s are independent draws; d = mean(c), se = sd(c) / sqrt(n), df = n - 1.
+    Welch      otherwise: se = sqrt(sum c_i² s_i² / n_i), df = min(n_i - 1) over the terms (Hsu's
+               conservative df: Welch–Satterthwaite's df exceeds alpha at 3 seeds with unequal spreads).
+    A side with one seed takes its experiment's pooled seed sd (df: the pool's); a zero spread never
+    decides (no noise estimate).
 
-A side with one seed has no spread of its own: it takes the pooled seed standard deviation of its
-experiment's groups (same metric, df = sum of their n - 1), said in ``basis``; without one the
-comparison is inconclusive. ``lower`` is held when better, did not hold when worse. ``no_worse``
-(non-inferiority) is held when d + noise < tolerance (confidently within the tolerance), did not
-hold when worse. A statement made in k settings (``statement``) tests each at alpha / k, holds
-when every setting holds and does not hold when any does not, so with every optimizer equal it
-is held or did-not-hold at most alpha of the time (benchmarks/claims_calibration.py shows it).
+With q = t(1 - alpha / 2, df) the interval is d ± q se and the tolerance tol = report.tolerance x the
+reference's scale (or an absolute floor). A setting's verdict, at alpha whatever the statement's size:
 
-A best LR on a grid edge is a tuning failure: it leaves a comparison undecided where more tuning
-of that side could change it. A missing result leaves it undecided.
+    lower       held when d < -tol and the interval is below 0; equivalent when it lies within ± tol;
+    no worse    held when the interval is below +tol.
+
+A statement over k settings holds when every setting holds, each at alpha (an intersection–union test:
+a false held stays below alpha without a correction). It did not hold when a setting is confidently on
+the other side (lower: d > tol and the interval above 0; no worse: above +tol) after Holm's correction over the k settings, the side that needs one. Otherwise it is inconclusive, with
+why: ``too few seeds`` (the difference is beyond the tolerance but the noise covers it, or there is no
+noise estimate), ``within margin`` (within the tolerance, not confidently), ``tuning failure: grid edge``
+(a best LR on its grid's edge that more tuning could move across the verdict), ``tuning failure:
+diverged`` (every LR diverged, or claim seeds diverged at the chosen LR: counted, never averaged away),
+``missing``, ``non-finite value`` (a peak MAL that overflowed at some seed, kept, not dropped).
+benchmarks/claims_calibration.py shows each rule's false-verdict rate.
 """
 
 import dataclasses
 import math
 from dataclasses import dataclass, field
 
-HELD, NOT_HELD, INCONCLUSIVE, NOT_TESTED, DESCRIPTIVE = (
-    "held", "did not hold", "inconclusive", "not tested at this scale", "descriptive")
+from scipy import stats as scipy_stats
+
+HELD, NOT_HELD, EQUIVALENT, INCONCLUSIVE, NOT_TESTED, DESCRIPTIVE = (
+    "held", "did not hold", "equivalent", "inconclusive", "not tested at this scale", "descriptive")
 LOWER, NO_WORSE = "lower", "no worse"
-
-
-# ---------------------------------------------------------------- Student's t
-
-
-def _betacf(a, b, x):
-    """Continued fraction of the regularized incomplete beta function (modified Lentz)."""
-    tiny = 1e-300
-    qab, qap, qam = a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 300):
-        m2 = 2 * m
-        for num in (m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
-            d = 1.0 + num * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + num / c
-            c = c if abs(c) > tiny else tiny
-            h *= d * c
-        if abs(d * c - 1.0) < 1e-15:
-            break
-    return h
-
-
-def _incomplete_beta(a, b, x):
-    if x <= 0.0 or x >= 1.0:
-        return max(0.0, min(1.0, x))
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
-    if x < (a + 1.0) / (a + b + 2.0):
-        return front * _betacf(a, b, x) / a
-    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
-
-
-def t_cdf(t, df):
-    """P(T <= t) for Student's t with df (> 0, not necessarily whole) degrees of freedom."""
-    tail = 0.5 * _incomplete_beta(df / 2.0, 0.5, df / (df + t * t))
-    return 1.0 - tail if t > 0 else tail
-
-
-def t_pdf(t, df):
-    return math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
-                    - (df + 1) / 2 * math.log1p(t * t / df))
-
-
-def t_quantile(p, df):
-    """The t with P(T <= t) = p (0.5 <= p < 1): Newton's method on t_cdf inside a bisection bracket."""
-    if not 0.5 <= p < 1.0 or df <= 0:
-        raise ValueError(f"t_quantile needs 0.5 <= p < 1 and df > 0 (got p={p}, df={df})")
-    lo, hi = 0.0, 1.0
-    while t_cdf(hi, df) < p:
-        lo, hi = hi, hi * 2.0
-    t = 0.5 * (lo + hi)
-    for _ in range(100):
-        error = t_cdf(t, df) - p
-        lo, hi = (t, hi) if error < 0 else (lo, t)
-        step = t - error / t_pdf(t, df)
-        new = step if lo < step < hi else 0.5 * (lo + hi)
-        if abs(new - t) < 1e-12 * max(1.0, t):
-            return new
-        t = new
-    return t
+TOO_FEW, WITHIN, EDGE, DIVERGED, MISSING, NON_FINITE = (
+    "too few seeds", "within margin", "tuning failure: grid edge", "tuning failure: diverged", "missing",
+    "non-finite value")
+PAIRED, WELCH, ONE_SAMPLE = "paired t", "Welch t (Hsu df)", "one-sample t"
+# A spread this small relative to the values is floating-point rounding, not seed noise.
+ZERO_SPREAD = 1e-9
 
 
 def t_critical(alpha, df):
     """Two-sided critical value: |T| > t_critical(alpha, df) with probability alpha."""
-    return t_quantile(1.0 - alpha / 2.0, df)
+    return float(scipy_stats.t.ppf(1.0 - alpha / 2.0, df))
+
+
+def t_cdf(t, df):
+    return float(scipy_stats.t.cdf(t, df))
 
 
 # ---------------------------------------------------------------- estimates
@@ -110,26 +67,35 @@ def t_critical(alpha, df):
 
 @dataclass
 class Stats:
-    """The level of each statement and the smallest relative difference treated as real (the config's report
-    block; its defaults are the schema's)."""
+    """The level of each setting's test and the smallest relative difference treated as real, per metric (the
+    config's report block; its defaults are the schema's)."""
     alpha: float
     tolerance: float
+    tolerances: dict = field(default_factory=dict)
 
     @classmethod
     def from_report(cls, report):
-        return cls(float(report["alpha"]), float(report["tolerance"]))
+        return cls(float(report["alpha"]), float(report["tolerance"]),
+                   {k: float(v) for k, v in (report.get("tolerances") or {}).items()})
+
+    def of(self, metric):
+        """These stats with the metric's own tolerance."""
+        return dataclasses.replace(self, tolerance=self.tolerances.get(metric, self.tolerance))
 
 
 @dataclass
 class Estimate:
     label: str
-    mean: float | None          # None: missing; inf: diverged at every LR
+    mean: float | None          # None: missing; inf: a tuning failure (diverged), said in inf_text
     std: float = 0.0
     n: int = 0                  # seeds; 0 with a mean: a constant (a target), no noise
     at_edge: bool = False
     lr: str | None = None
     inf_text: str = "diverged at every LR"   # what an infinite value means here
+    failure: str = "tuning failure: diverged"   # ... and the inconclusive reason it gives
     parts: tuple = ()           # a linear combination: ((coefficient, Estimate), ...)
+    values: dict | None = None  # {seed: value} of the claim seeds, for paired tests
+    setting: tuple | None = None   # (model, batch): runs at one seed share initialisation and batch order there
 
     @property
     def missing(self):
@@ -169,6 +135,17 @@ class Estimate:
         return f"{self.label} {self.mean:.{digits}f}{spread} (n={self.n}{edge})"
 
 
+def of_values(label, values, setting=None, at_edge=False, lr=None):
+    """An estimate from its claim seeds' values ({seed: value}); a non-finite value at any seed makes it
+    a non-finite estimate (never dropped), said with its count."""
+    xs = list(values.values())
+    bad = [s for s, x in values.items() if not math.isfinite(x)]
+    if bad:
+        return Estimate(label, math.inf, at_edge=at_edge, lr=lr, failure=NON_FINITE,
+                        inf_text=f"non-finite at {len(bad)} of {len(xs)} claim seeds (seeds {', '.join(map(str, bad))})")
+    return Estimate(label, sum(xs) / len(xs), _sd(xs), len(xs), at_edge, lr, values=dict(values), setting=setting)
+
+
 @dataclass
 class Pooled:
     """The seed standard deviation pooled over an experiment's groups, for sides with one seed."""
@@ -187,28 +164,90 @@ class Pooled:
 
 @dataclass
 class Comparison:
+    """d = subject - reference with its test: se, df, the two-sided interval at alpha, and why it stops
+    short of a test (``failure``: one of the inconclusive reasons) when it does."""
     subject: Estimate
     reference: Estimate
-    outcome: str                # better | worse | tie | undecided
     difference: float | None = None
-    margin: float | None = None
     se: float | None = None
     df: float | None = None
-    noise: float | None = None
     tolerance: float | None = None
+    test: str = ""
     basis: str = ""
-    why: str = ""
-    edge_rises: bool = False    # a reference-side best LR on its grid edge: more tuning could raise d
+    correlation: float | None = None
+    failure: str = ""           # missing | tuning failure: diverged | too few seeds ('' when testable)
+    detail: str = ""
+    falls: list = field(default_factory=list)   # grid-edge terms whose further tuning could lower d
+    rises: list = field(default_factory=list)   # ... or raise it
 
-    def text(self, digits=3):
-        return f"{self.subject.text(digits)} vs {self.reference.text(digits)}: {self.why}"
+    @property
+    def testable(self):
+        return not self.failure
+
+    def p_below(self, x):
+        """p of 'd < x', on the two-sided scale (below alpha when the interval at alpha lies below x)."""
+        return min(1.0, 2.0 * t_cdf((self.difference - x) / self.se, self.df))
+
+    def p_above(self, x):
+        return min(1.0, 2.0 * t_cdf((x - self.difference) / self.se, self.df))
+
+    def interval(self, alpha):
+        if not self.testable:
+            return None, None
+        half = t_critical(alpha, self.df) * self.se
+        return self.difference - half, self.difference + half
+
+
+def _scale(estimate):
+    finite = [abs(e.mean) for _, e in estimate.leaves() if not e.missing and math.isfinite(e.mean)]
+    return sum(finite) / len(finite) if finite else 0.0
+
+
+def paired_contrast(leaves):
+    """The per-seed contrasts of a combination whose terms pair up (see the module docstring), or None."""
+    terms = [(c, e) for c, e in leaves if e.n != 0]
+    if not terms or any(e.values is None or e.setting is None for _, e in terms):
+        return None
+    seeds = set(terms[0][1].values)
+    if len(seeds) < 2 or any(set(e.values) != seeds for _, e in terms):
+        return None
+    sums = {}
+    for c, e in terms:
+        sums[e.setting] = sums.get(e.setting, 0.0) + c
+    if any(abs(s) > 1e-9 for s in sums.values()):
+        return None
+    return [sum(c * e.values[s] for c, e in terms) for s in sorted(seeds)]
+
+
+def _correlation(leaves):
+    """The mean Pearson correlation of the seeds' values between the two terms of each setting (None when
+    a setting has another number of terms or a constant side)."""
+    by_setting = {}
+    for _, e in leaves:
+        if e.n:
+            by_setting.setdefault(e.setting, []).append(e)
+    rs = []
+    for pair in by_setting.values():
+        if len(pair) != 2:
+            return None
+        seeds = sorted(pair[0].values)
+        x, y = ([e.values[s] for s in seeds] for e in pair)
+        if min(_sd(x), _sd(y)) <= 0:
+            return None
+        rs.append(float(scipy_stats.pearsonr(x, y).statistic))
+    return sum(rs) / len(rs) if rs else None
+
+
+def _sd(xs):
+    m = sum(xs) / len(xs)
+    return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) if len(xs) > 1 else 0.0
 
 
 def welch(leaves, pooled=None):
-    """(se, df, notes) of a sum of independent seed means; None for se when a one-seed term has no pooled
-    noise to stand in for its spread. The one-seed terms share one pooled estimate, so they enter
-    Welch–Satterthwaite as a single term with the pooled df, not as independent ones."""
-    variances, shared, notes = [], 0.0, []
+    """(se, df, notes) of a sum of independent seed means, with Hsu's df (the smallest of the terms'); None
+    for se when a one-seed term has no pooled noise to stand in for its spread. The one-seed terms share one
+    pooled estimate, so they are a single term with the pooled df."""
+    terms, shared, notes = [], 0.0, []
     for c, e in leaves:
         if e.n == 0:            # a constant
             continue
@@ -218,68 +257,46 @@ def welch(leaves, pooled=None):
             shared += c * c * pooled.std ** 2
             notes.append(f"{e.label} (n=1) takes the experiment's pooled seed sd {pooled.std:.3g} (df {pooled.df})")
         else:
-            variances.append((c * c * e.std ** 2 / e.n, e.n - 1))
+            terms.append((c * c * e.std ** 2 / e.n, e.n - 1))
     if shared:
-        variances.append((shared, pooled.df))
-    total = sum(v for v, _ in variances)
-    if total <= 0:
-        return 0.0, math.inf, notes
-    df = total ** 2 / sum(v * v / d for v, d in variances if v > 0)
+        terms.append((shared, pooled.df))
+    total = sum(v for v, _ in terms)
+    df = min((d for v, d in terms if v > 0), default=math.inf)
     return math.sqrt(total), df, notes
 
 
-def _scale(estimate):
-    finite = [abs(e.mean) for _, e in estimate.leaves() if not e.missing and math.isfinite(e.mean)]
-    return sum(finite) / len(finite) if finite else 0.0
-
-
-def compare(a, b, stats, tests=1, floor=None, pooled=None):
-    """a against b (lower is better), tested at alpha / tests; floor replaces the relative tolerance (e.g. an
-    evaluation interval); pooled: the experiment's Pooled seed noise for one-seed sides."""
-    if a.missing or b.missing:
-        return Comparison(a, b, "undecided", why="a result is missing")
-    if a.diverged and b.diverged:
-        return Comparison(a, b, "undecided", why=f"both {a.inf_text}")
-    if a.diverged or b.diverged:
-        if a.parts or b.parts:
-            return Comparison(a, b, "undecided", why="a part diverged at every LR, so the trend has no value")
-        loser, outcome = (a, "worse") if a.diverged else (b, "better")
-        return _edge(Comparison(a, b, outcome, basis="divergence", why=f"{outcome}: {loser.label} {loser.inf_text}"))
+def compare(a, b, stats, floor=None, pooled=None):
+    """d = a - b and its test (lower is better); floor replaces the relative tolerance (e.g. an evaluation
+    interval); pooled: the experiment's Pooled seed noise for one-seed sides."""
     leaves = a.leaves() + b.leaves(-1.0)
+    edges = {"falls": [e for k, e in leaves if e.at_edge and k > 0], "rises": [e for k, e in leaves if e.at_edge and k < 0]}
+    if a.missing or b.missing:
+        gone = next(e for _, e in leaves if e.missing)
+        return Comparison(a, b, failure=MISSING, detail=f"{gone.label} has no result", **edges)
+    failed = [e for _, e in leaves if e.diverged]
+    if failed:
+        return Comparison(a, b, failure=failed[0].failure, detail="; ".join(f"{e.label} {e.inf_text}" for e in failed),
+                          **edges)
     d = a.mean - b.mean
     tolerance = floor if floor is not None else stats.tolerance * _scale(b)
-    se, df, notes = welch(leaves, pooled)
-    if se is None:
-        return _edge(Comparison(a, b, "undecided", d, tolerance=tolerance, basis="no noise estimate",
-                                why=f"difference {d:+.4g}, but {notes[0]}"))
-    level = stats.alpha / tests
-    crit = t_critical(level, df) if se > 0 and math.isfinite(df) else 0.0
-    noise = crit * se
-    margin = max(tolerance, noise)
-    test = (f"Welch t({df:.1f}) = {crit:.2f} at alpha {level:.3g}" + (f" (alpha {stats.alpha:g} / {tests} settings)"
-                                                                        if tests > 1 else "") + f" x se {se:.3g}")
-    basis = "; ".join([test if noise >= tolerance else f"the tolerance {tolerance:.3g} (above {test})"] + notes)
-    if d < -margin:
-        outcome, why = "better", f"better by {-d:.4g} > margin {margin:.4g}"
-    elif d > margin:
-        outcome, why = "worse", f"worse by {d:.4g} > margin {margin:.4g}"
+    contrasts = paired_contrast(leaves)
+    if contrasts is not None:
+        n = len(contrasts)
+        se, df, notes = _sd(contrasts) / math.sqrt(n), n - 1, []
+        d = sum(contrasts) / n
+        test, correlation = PAIRED, _correlation(leaves)
+        basis = f"paired t on {n} per-seed differences" + (f", seeds' correlation r = {correlation:.2f}"
+                                                          if correlation is not None else "")
     else:
-        outcome, why = "tie", f"difference {d:+.4g} within the margin {margin:.4g}"
-    return _edge(Comparison(a, b, outcome, d, margin, se, df, noise, tolerance, basis, f"{why} ({basis})"))
-
-
-def _edge(c):
-    """A best LR on its grid edge is a tuning failure: more tuning could only lower that side's value, so d
-    could fall (an edge term entering d with +) or rise (with -). An outcome such a change could overturn
-    becomes undecided; a tie stays a tie, with the edge said (``edge_rises`` for the no-worse rule)."""
-    leaves = c.subject.leaves() + c.reference.leaves(-1.0)
-    falls = [e for k, e in leaves if e.at_edge and k > 0]
-    rises = [e for k, e in leaves if e.at_edge and k < 0]
-    c.edge_rises = bool(rises)
-    blocking = rises if c.outcome == "better" else falls if c.outcome == "worse" else falls + rises
-    if blocking and c.outcome != "undecided":
-        c.outcome = c.outcome if c.outcome == "tie" else "undecided"
-        c.why += f"; but {blocking[0].label}'s best LR {blocking[0].lr} is on its grid edge (a tuning failure)"
+        se, df, notes = welch(leaves, pooled)
+        constant = all(e.n == 0 for k, e in b.leaves(-1.0)) or all(e.n == 0 for k, e in a.leaves())
+        test, correlation = (ONE_SAMPLE if constant else WELCH), None
+        basis = "; ".join([f"{test}, df {df:g}" if se else test] + notes)
+    c = Comparison(a, b, d, se, df, tolerance, test, basis, correlation, **edges)
+    if se is None:
+        c.failure, c.detail = TOO_FEW, notes[0]
+    elif se <= ZERO_SPREAD * max(_scale(a), _scale(b), abs(d), 1e-12):
+        c.failure, c.detail = TOO_FEW, "no seed spread (every seed gave the same difference): no noise to test against"
     return c
 
 
@@ -296,6 +313,7 @@ class Setting:
     note: str = ""
     not_tested: str = ""        # why this setting cannot test the statement at this scale (kept for the record)
     floor: float | None = None
+    kind: str | None = None     # this setting's kind, when not the statement's
 
 
 @dataclass
@@ -303,30 +321,36 @@ class Row:
     claim: str
     kind: str
     setting: Setting
-    comparison: Comparison | None
+    comparison: Comparison
     verdict: str
     tests: int
+    alpha: float
+    p_value: float | None = None   # the evidence for the statement here (below alpha: this setting holds)
+    why: str = ""                  # an inconclusive verdict's reason
+    detail: str = ""               # the verdict in words
 
     def reason(self):
-        s = self.setting
+        s, c = self.setting, self.comparison
         where = f"{s.model} at batch {s.batch}" if s.batch != "" else s.model
-        text = self.comparison.text() if self.comparison else f"{s.subject.text()} vs {s.reference.text()}"
         extra = "".join(f"; {x}" for x in (s.not_tested, s.note) if x)
-        return f"{where}: {text}{extra}"
+        return f"{where}: {c.subject.text()} vs {c.reference.text()}: {self.detail}{extra}"
 
     def to_dict(self):
         s, c = self.setting, self.comparison
         subject, reference = _side(s.subject), _side(s.reference)
+        low, high = c.interval(self.alpha)
         return _json_safe({"claim": self.claim, "kind": self.kind, "model": s.model, "batch": s.batch,
                 "subject": s.subject.label, "reference": s.reference.label,
                 "subject_mean": subject["mean"], "subject_sd": subject["sd"], "subject_n": subject["n"],
                 "subject_lr": s.subject.lr, "reference_mean": reference["mean"], "reference_sd": reference["sd"],
                 "reference_n": reference["n"], "reference_lr": s.reference.lr,
-                "difference": c.difference if c else None, "se": c.se if c else None, "df": c.df if c else None,
-                "margin": c.margin if c else None, "noise": c.noise if c else None,
-                "tolerance": c.tolerance if c else None, "tests": self.tests,
-                "basis": s.not_tested or (c.basis or c.why if c else ""), "verdict": self.verdict,
-                "why": self.reason()})
+                "difference": c.difference if c.testable else None, "se": c.se if c.testable else None,
+                "df": c.df if c.testable else None, "test": c.test if c.testable else "", "p_value": self.p_value,
+                "ci_low": low, "ci_high": high, "correlation": c.correlation,
+                "margin": None if high is None else max(high - c.difference, c.tolerance),
+                "tolerance": c.tolerance, "tests": self.tests,
+                "basis": s.not_tested or c.basis or c.detail, "verdict": self.verdict, "why": self.why,
+                "reason": self.reason()})
 
 
 def _json_safe(row):
@@ -347,22 +371,54 @@ def finite_mean(e):
     return e.mean if not e.missing and not e.diverged else None
 
 
-def _row_verdict(c, kind):
-    """lower: held when better, did not hold when worse. no worse (non-inferiority): held when the upper
-    confidence bound d + noise is inside the tolerance, did not hold when the lower bound d - noise is
-    beyond it (or the subject diverged everywhere)."""
-    if kind == LOWER:
-        return HELD if c.outcome == "better" else NOT_HELD if c.outcome == "worse" else INCONCLUSIVE
-    if c.outcome == "undecided":
-        return INCONCLUSIVE
-    if c.difference is None:    # decided by divergence
-        return HELD if c.outcome == "better" else NOT_HELD
-    noise = c.noise or 0.0
-    if c.difference + noise < c.tolerance and not c.edge_rises:
-        return HELD
-    if c.difference - noise > c.tolerance and c.outcome == "worse":
-        return NOT_HELD
-    return INCONCLUSIVE
+def evidence(c, kind):
+    """(p for the statement, p against it, the edge terms that could overturn a held, ... a did-not-hold,
+    the point estimate's condition for held, for did-not-hold): the tests of one setting, by kind."""
+    d, tol = c.difference, c.tolerance
+    if kind == NO_WORSE:
+        return c.p_below(tol), c.p_above(tol), c.rises, c.falls, True, True
+    return c.p_below(0.0), c.p_above(0.0), c.rises, c.falls, d < -tol, d > tol
+
+
+def holm(ps, alpha):
+    """Which of the p-values Holm's step-down procedure rejects at family level alpha."""
+    order = sorted(range(len(ps)), key=lambda i: ps[i])
+    rejected = [False] * len(ps)
+    for step, i in enumerate(order):
+        if ps[i] > alpha / (len(ps) - step):
+            break
+        rejected[i] = True
+    return rejected
+
+
+def judge(row, against_rejected):
+    """A tested row's verdict and why, given whether Holm rejected its 'against' null."""
+    c, kind, alpha = row.comparison, row.kind, row.alpha
+    if not c.testable:
+        row.verdict, row.why, row.detail = INCONCLUSIVE, c.failure, c.detail
+        return
+    p_for, _, block_for, block_against, point_for, point_against = evidence(c, kind)
+    row.p_value = p_for
+    low, high = c.interval(alpha)
+    words = f"difference {c.difference:+.4g}, {1 - alpha:.0%} interval [{low:+.4g}, {high:+.4g}], tolerance ± {c.tolerance:.3g} ({c.basis})"
+    equivalent = kind == LOWER and max(c.p_below(c.tolerance), c.p_above(-c.tolerance)) < alpha
+    if p_for < alpha and point_for:
+        verdict, blockers = HELD, block_for
+    elif against_rejected and point_against:
+        verdict, blockers = NOT_HELD, block_against
+    elif equivalent:
+        verdict, blockers = EQUIVALENT, c.falls + c.rises
+    else:
+        verdict, blockers = INCONCLUSIVE, []
+    if blockers:
+        e = blockers[0]
+        row.verdict, row.why = INCONCLUSIVE, EDGE
+        row.detail = f"{verdict} by the test, but {e.label}'s best LR {e.lr} is on its grid edge; {words}"
+        return
+    row.verdict = verdict
+    if verdict == INCONCLUSIVE:
+        row.why = TOO_FEW if abs(c.difference) > c.tolerance else WITHIN
+    row.detail = f"{verdict}: {words}" if verdict != INCONCLUSIVE else f"{row.why}: {words}"
 
 
 @dataclass
@@ -376,28 +432,76 @@ class Statement:
     def reasons(self):
         return [r.reason() for r in self.rows]
 
+    @property
+    def p_value(self):
+        """The intersection–union p: the largest of the tested settings' (None when one has none)."""
+        ps = [r.p_value for r in self.rows if r.verdict not in (NOT_TESTED, DESCRIPTIVE)]
+        return max(ps) if ps and None not in ps else None
+
+    @property
+    def why(self):
+        return "; ".join(dict.fromkeys(r.why for r in self.rows if r.why)) if self.result == INCONCLUSIVE else ""
+
     def to_dict(self):
         where = [f"{r.setting.model} bs{r.setting.batch}" for r in self.rows]
-        return {"claim": self.claim, "kind": self.kind, "result": self.result, "settings": len(self.rows),
-                "where": where[0] if len(where) == 1 else f"{len(where)} settings", "reasons": self.reasons()}
+        return _json_safe({"claim": self.claim, "kind": self.kind, "result": self.result, "why": self.why,
+                           "p_value": self.p_value, "settings": len(self.rows),
+                           "where": where[0] if len(where) == 1 else f"{len(where)} settings",
+                           "reasons": self.reasons()})
 
 
 def statement(claim, settings, stats, kind=LOWER, pooled=None):
-    """Test a statement in each of its settings at alpha / k (k: the settings that can test it) and combine."""
-    testable = [s for s in settings if not s.not_tested]
-    rows = []
-    for s in settings:   # a setting that cannot test the statement keeps its comparison for the record
-        c = compare(s.subject, s.reference, stats, max(1, len(testable)), s.floor, pooled)
-        rows.append(Row(claim, kind, s, c, NOT_TESTED if s.not_tested else _row_verdict(c, kind),
-                        0 if s.not_tested else len(testable)))
-    return Statement(claim, kind, rows, combine([r.verdict for r in rows]))
+    """Test a statement in each of its settings (held at alpha each; did not hold after Holm over the k
+    settings that can test it) and combine. A setting may carry its own kind (``Setting.kind``): an ordering
+    the paper prints there but does not claim is descriptive, one whose printed gap is below the tolerance
+    is tested as equivalence."""
+    rows = [Row(claim, s.kind or kind, s, compare(s.subject, s.reference, stats, s.floor, pooled), "", 0, stats.alpha)
+            for s in settings]
+    for r in rows:
+        if r.kind == DESCRIPTIVE:
+            describe(r)
+    testable = [r for r in rows if not r.setting.not_tested and r.kind != DESCRIPTIVE]
+    decidable = [r for r in testable if r.comparison.testable]
+    against = holm([evidence(r.comparison, r.kind)[1] for r in decidable], stats.alpha)
+    rejected = {id(r): x for r, x in zip(decidable, against)}
+    for r in rows:
+        if r.kind == DESCRIPTIVE:
+            continue
+        judge(r, rejected.get(id(r), False))
+        if r.setting.not_tested:
+            r.verdict, r.why = NOT_TESTED, ""
+        else:
+            r.tests = len(testable)
+    judged = [r.verdict for r in rows if r.kind != DESCRIPTIVE]
+    kinds = {r.kind for r in rows if r.kind != DESCRIPTIVE}
+    return Statement(claim, kinds.pop() if len(kinds) == 1 else kind if kinds else DESCRIPTIVE, rows,
+                     combine(judged) if judged else DESCRIPTIVE)
+
+
+def describe(row):
+    """A descriptive row: the comparison's numbers, never a verdict."""
+    c = row.comparison
+    row.verdict, row.tests = DESCRIPTIVE, 0
+    row.p_value = c.p_below(0.0) if c.testable else None
+    row.detail = (f"not a statement of the paper: difference {c.difference:+.4g} ({c.basis})" if c.testable
+                  else f"not a statement of the paper; {c.failure}: {c.detail}")
 
 
 def combine(verdicts):
-    """Held when every testable setting holds, did not hold when any does not, not tested when none can test."""
+    """Held when every testable setting holds, did not hold when any does not, equivalent when every one holds
+    or is equivalent, not tested when none can test."""
     tested = [v for v in verdicts if v != NOT_TESTED]
     if not tested:
         return NOT_TESTED if verdicts else INCONCLUSIVE
     if NOT_HELD in tested:
         return NOT_HELD
-    return HELD if set(tested) == {HELD} else INCONCLUSIVE
+    if set(tested) == {HELD}:
+        return HELD
+    return EQUIVALENT if set(tested) <= {HELD, EQUIVALENT} else INCONCLUSIVE
+
+
+def benjamini_hochberg(ps, alpha):
+    """How many of the p-values the Benjamini–Hochberg procedure keeps at false-discovery rate alpha."""
+    ranked = sorted(ps)
+    kept = [i + 1 for i, p in enumerate(ranked) if p <= alpha * (i + 1) / len(ranked)]
+    return max(kept, default=0)

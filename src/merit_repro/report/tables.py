@@ -29,6 +29,11 @@ def mal_by_layer(mal):
     return mal.groupby("layer")["mal"].max()
 
 
+def spikes_kept(mal):
+    """mal.csv with each non-finite logit as +inf: the largest spike of all, never dropped from a peak."""
+    return mal.assign(mal=mal["mal"].where(~mal["mal"].isna() & ~np.isneginf(mal["mal"]), np.inf))
+
+
 def summarise_run(run_dir, coords, mal_threshold, results=None):
     """One row of runs.csv; its run_dir is relative to results (when given), so the table does not depend on
     where the results tree lies (a rebuild from a bundle gives the same bytes)."""
@@ -41,10 +46,10 @@ def summarise_run(run_dir, coords, mal_threshold, results=None):
                lambada_ppl=evaluation.get("lambada_ppl"), lambada_acc=evaluation.get("lambada_acc"),
                loss_spikes=summary.get("loss_spikes"), tokens_per_s=summary["tokens_per_s"],
                train_seconds=summary["train_seconds"])
-    finite = mal[np.isfinite(mal["mal"])]
-    if len(finite):
-        peak = finite.loc[finite["mal"].idxmax()]
-        per_layer = mal_by_layer(finite)
+    values = spikes_kept(mal)
+    if len(values):
+        peak = values.loc[values["mal"].idxmax()]
+        per_layer = mal_by_layer(values)
         row.update(peak_mal=float(peak["mal"]), peak_mal_layer=int(peak["layer"]), peak_mal_step=int(peak["step"]),
                    n_layers=int(mal["layer"].max()), n_layers_mal_over_threshold=int((per_layer > mal_threshold).sum()))
     return row
@@ -115,7 +120,9 @@ def best_lr_table(decisions, runs):
             at_best = runs[(runs.model == g["model"]) & (runs.tokens == str(g["tokens"]))
                            & (runs.optimizer == g["optimizer"]) & (runs.batch == int(g["batch"]))
                            & (runs.lr == d["best_lr"]) & runs.seed.isin(seeds)]
-            row.update(n_seeds=len(at_best), seeds=" ".join(map(str, sorted(at_best.seed))))
+            row.update(n_seeds=len(at_best), seeds=" ".join(map(str, sorted(at_best.seed))),
+                       n_claim_diverged=int((at_best.status != "ok").sum()))
+            at_best = at_best[at_best.status == "ok"]   # a diverged claim seed is counted, never averaged
             for metric in AGGREGATED:
                 values = pd.to_numeric(at_best[metric], errors="coerce").dropna()
                 row[metric] = float(values.mean()) if len(values) else None
@@ -124,7 +131,8 @@ def best_lr_table(decisions, runs):
             layers = at_best.peak_mal_layer.dropna()
             row["peak_mal_layer"] = int(layers.mode().min()) if len(layers) else None
         rows.append(row)
-    columns = GROUP_COLUMNS + ["status", "lr", "at_edge", "n_lrs", "extensions", "n_diverged", "n_seeds", "seeds"] + \
+    columns = GROUP_COLUMNS + ["status", "lr", "at_edge", "n_lrs", "extensions", "n_diverged", "n_seeds", "seeds",
+                               "n_claim_diverged"] + \
         [c for m in AGGREGATED for c in (m, f"{m}_std", f"{m}_n")] + ["peak_mal_layer", "grid"]
     return pd.DataFrame(rows).reindex(columns=columns)
 

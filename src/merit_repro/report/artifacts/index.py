@@ -7,15 +7,15 @@ from pathlib import Path
 import pandas as pd
 
 from merit_repro.config.configfiles import with_defaults
-from merit_repro.report.claims import Stats
+from merit_repro.report.claims import Stats, benjamini_hochberg
 from merit_repro.report.tables import to_markdown
 
 from .paper import budget_only, stands_in
 
 CLAIM_COLUMNS = ["artifact", "experiment", "claim", "model", "batch", "subject", "reference", "subject_mean",
                  "subject_sd", "subject_n", "reference_mean", "reference_sd", "reference_n", "difference", "margin",
-                 "basis", "verdict", "kind", "subject_lr", "reference_lr", "se", "df", "noise", "tolerance", "tests",
-                 "why"]
+                 "basis", "verdict", "why", "kind", "test", "p_value", "ci_low", "ci_high", "correlation", "subject_lr",
+                 "reference_lr", "se", "df", "tolerance", "tests", "reason"]
 
 
 def claims_table(verdicts):
@@ -24,20 +24,30 @@ def claims_table(verdicts):
 
 
 def protocol(config):
-    """How a verdict is reached, said once in the index and beside every table."""
+    """How a verdict is reached, said once: in the index, beside every table and in the README."""
     stats = Stats.from_report(with_defaults(config, "report"))
-    return (f"Each LR is chosen on the grid seeds ({', '.join(map(str, config.get('seeds', [0])))}) and reported over "
-            "other seeds, the claim seeds, trained at the chosen LR afterwards, so the reported mean is not biased by "
-            "the choice; an LR where any seed diverged, a claim seed too, is disqualified and the next best gets the claim "
-            "seeds, so a reported mean is that of an LR whose claim seeds all finished. "
-            "A statement compares the subject with the reference (lower is better): the difference counts when it "
-            f"exceeds Welch's t critical value (two-sided, alpha {stats.alpha:g}, Welch–Satterthwaite degrees of "
-            f"freedom) times its standard error, and the tolerance ({stats.tolerance:g} of the value). A side with one seed takes its experiment's pooled seed sd (said in `basis`). "
-            "A statement made in k settings tests each at alpha / k and holds when all hold, so with every optimizer "
-            "equal it is held or did-not-hold at most alpha of the time. **inconclusive**: within the margin, a "
-            "missing cell, or a best LR still on its grid edge after the extensions; **not tested at this scale**: "
-            "the setting cannot test the statement (the reason is given). An optimizer that diverged at every LR "
-            "counts as losing. Verdicts use the final validation loss; the paper's tables report the best loss "
+    tolerances = ", ".join(f"{k} {v:g}" for k, v in stats.tolerances.items())
+    return (f"Each LR is chosen once, on the grid seeds ({', '.join(map(str, config.get('seeds', [0])))}), and "
+            "reported over other seeds, the claim seeds, trained at that first choice afterwards: no seed both chooses "
+            "and reports, and the choice is never revised on the seeds that report (a claim seed that diverges is "
+            "counted as a divergence of that LR, not replaced). Values derived from a pilot (Figure 1's targets) come "
+            "from pilot seeds that neither choose nor report. "
+            "A statement compares a subject with a reference, lower is better, in each of its settings: where the "
+            "runs share their claim seeds' initialisation and batch order (same model and batch, or a contrast of "
+            "such differences) by a paired t test on the per-seed differences, otherwise by Welch's t with Hsu's "
+            f"degrees of freedom (the smallest side's n - 1, which keeps the level at unequal spreads); two-sided "
+            f"intervals at alpha {stats.alpha:g} (`ci_low`, `ci_high`). A difference counts beyond a tolerance fixed "
+            f"before the runs (relative: {tolerances}; otherwise {stats.tolerance:g}; perplexity and MAL on the log "
+            "scale). **held**: every setting's interval lies on the statement's side (each at alpha: an "
+            "intersection–union test needs no correction); **did not hold**: a setting is confidently on the other "
+            "side after Holm's correction over the statement's settings; **equivalent**: the interval lies within "
+            "± the tolerance; **inconclusive**, with `why`: too few seeds (beyond the tolerance, but the noise covers "
+            "it, or no spread to test against), within margin (inside the tolerance, not confidently), tuning "
+            "failure: grid edge (a best LR on its grid's edge after the extensions), tuning failure: diverged (every LR, "
+            "or claim seeds at the chosen one, with counts), missing, non-finite value; **not tested at this scale**: "
+            "the setting cannot test it (the reason is given); **descriptive**: an ordering the paper prints but does "
+            "not claim (smaller batches' single runs), computed, not judged. A paper gap below the tolerance is "
+            "tested as equivalence. Verdicts use the final validation loss; the paper's tables report the best loss "
             "reached, tabled as `best-reached`.")
 
 
@@ -75,13 +85,7 @@ def write_index(verdict_paths, out, config, claims_csv=None):
             lines.append(f"| {link} | {v['experiment']} | {v.get('claim', 'descriptive')} | – | descriptive |")
         for s in v["statements"]:
             lines.append(f"| {link} | {v['experiment']} | {s['claim']} | {s['where']} | **{s['result']}** |")
-    results = pd.Series([s["result"] for v in verdicts for s in v["statements"]])
-    counts, tested = results.value_counts(), int(results.isin(["held", "did not hold", "inconclusive"]).sum())
-    alpha = Stats.from_report(with_defaults(config, "report")).alpha
-    lines += ["", "Statements: " + ", ".join(f"{counts[k]} {k}" for k in counts.index) + f". Each of the {tested} "
-              f"tested statements is a test at alpha {alpha:g}: were every optimizer equal, about {alpha * tested:.1f} "
-              "of them would still come out held or did-not-hold by chance (at most alpha each, "
-              "benchmarks/claims_calibration.py), so read single verdicts with that in mind.", "",
+    lines += ["", *summary(verdicts, Stats.from_report(with_defaults(config, "report")).alpha), "",
               "## Every comparison", "", to_markdown(_compact(table)).rstrip()]
     for v in verdicts:
         stem = f"{v['artifact']}/{v['experiment']}"
@@ -97,6 +101,28 @@ def write_index(verdict_paths, out, config, claims_csv=None):
         lines += ["", "LAMBADA perplexity tables are not produced: `lambada` is null in the config "
                   "(LAMBADA needs GPT-2 BPE and a download; see config/README.md)."]
     out.write_text("\n".join(lines) + "\n")
+
+
+def summary(verdicts, alpha):
+    """The count by verdict, the inconclusive ones by why, and the Benjamini–Hochberg line over every tested
+    statement's p-value (the largest of its settings', the intersection–union p)."""
+    statements = [s for v in verdicts for s in v["statements"]]
+    results = pd.Series([s["result"] for s in statements], dtype=str)
+    counts = results.value_counts()
+    why = pd.Series([w for s in statements if s["result"] == "inconclusive" for w in s["why"].split("; ") if w],
+                    dtype=str).value_counts()
+    ps = [s["p_value"] for s in statements if s["result"] not in ("descriptive", "not tested at this scale")
+          and s.get("p_value") is not None]
+    held = sum(1 for s in statements if s["result"] == "held")
+    lines = ["Statements: " + ", ".join(f"{counts[k]} {k}" for k in counts.index) + "."]
+    if len(why):
+        lines[0] += " Inconclusive, by why: " + ", ".join(f"{why[k]} {k}" for k in why.index) + "."
+    if ps:
+        kept = benjamini_hochberg(ps, alpha)
+        lines.append(f"Across the {len(ps)} tested statements with a p-value, Benjamini–Hochberg at a false-discovery "
+                     f"rate of {alpha:g} keeps {kept} (the {held} held ones are each at alpha {alpha:g}; read together, "
+                     f"the {kept} kept are the ones that survive the multiplicity of the whole report).")
+    return lines
 
 
 def _compact(table):

@@ -10,14 +10,13 @@ the same depth fractions (8/24, 17/24).
 
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
-from merit_repro.report.claims import Estimate, Pooled, Setting, statement
+from merit_repro.report.claims import Estimate, Pooled, Setting, of_values, statement
 from merit_repro.report.figures import Line, Panel
-from merit_repro.report.tables import mal_by_layer
+from merit_repro.report.tables import mal_by_layer, spikes_kept
 
-from .context import mal_curve, name, record
+from .context import log_of, mal_curve, name, record
 from .paper import differences
 
 GROUPS = {"early": 8 / 24, "middle": 17 / 24, "deep": 1.0}   # the rebuttal's groups' upper ends, as depth fractions
@@ -36,7 +35,7 @@ def per_seed_layers(ctx, model, opt, batch):
     """[per-layer peak MAL over steps, one Series per claim seed]."""
     def read(run_dir):
         mal = pd.read_csv(Path(run_dir) / "mal.csv")
-        return mal_by_layer(mal[np.isfinite(mal["mal"])])
+        return mal_by_layer(spikes_kept(mal))
     return [read(d) for d in ctx.seed_runs(model, opt, batch).run_dir]
 
 
@@ -46,14 +45,14 @@ def group_estimate(ctx, model, opt, batch, group, n_layers):
     if row is None:
         return Estimate(label, None)
     if row.status != "ok":
-        return Estimate(label, float("inf"))
+        return ctx.estimate(model, opt, batch)   # the tuning failure, said once
     layers = layers_of(group, n_layers)
-    peaks = [float(s.reindex(layers).max()) for s in per_seed_layers(ctx, model, opt, batch)]
+    runs = ctx.seed_runs(model, opt, batch)
+    peaks = {int(seed): float(s.reindex(layers).max())
+             for seed, s in zip(runs.seed, per_seed_layers(ctx, model, opt, batch))}
     if not peaks or not layers:
         return Estimate(label, None)
-    mean = sum(peaks) / len(peaks)
-    sd = (sum((p - mean) ** 2 for p in peaks) / (len(peaks) - 1)) ** 0.5 if len(peaks) > 1 else 0.0
-    return Estimate(label, mean, sd, len(peaks), bool(row.at_edge), row.lr)
+    return of_values(label, peaks, (model, batch), bool(row.at_edge), row.lr)
 
 
 def mal_vs_step(ctx, prefix):
@@ -89,7 +88,7 @@ def mal_vs_step(ctx, prefix):
     ctx.figure(panels, prefix, f"Figure 2: MAL of {model} at batch {batch}, layers 1 and {middle}, and every layer")
     est = {(o, g): group_estimate(ctx, model, o, batch, g, n_layers) for o in ctx.optimizers()
            for g in (*GROUPS, "all")}
-    pooled = Pooled.of([est[(o, "all")] for o in ctx.optimizers()])   # one per group: the groups share seeds
+    pooled = Pooled.of([log_of(est[(o, "all")]) for o in ctx.optimizers()])   # one per group: the groups share seeds
     claims = [("early", "merit", "adamw", "in the early layers (1-8 of 24), MERIT suppresses AdamW's MAL"),
               ("early", "lamb", "adamw", "in the early layers (1-8 of 24), LAMB suppresses AdamW's MAL"),
               ("middle", "merit", "lamb", "in the middle layers (9-17 of 24), MERIT reduces LAMB's MAL spikes"),
@@ -102,9 +101,10 @@ def mal_vs_step(ctx, prefix):
             span = (f"layer {layers[0]}" if len(layers) == 1 else f"layers {layers[0]}-{layers[-1]}") if layers else ""
             where = f"{model}, {span}" if span else model
             untested = "" if layers else f"a {n_layers}-layer model has no layer in the {group} group"
-            statements.append(statement(f"{claim} (peak over the group's layers and steps, largest batch)",
-                                        [Setting(where, str(batch), est[(a, group)], est[(b, group)],
-                                                 f"{name(a)} vs {name(b)}", not_tested=untested)], ctx.stats,
+            statements.append(statement(f"{claim} (peak over the group's layers and steps, largest batch, log scale)",
+                                        [Setting(where, str(batch), log_of(est[(a, group)]), log_of(est[(b, group)]),
+                                                 f"{name(a)} vs {name(b)}", not_tested=untested,
+                                                 floor=ctx.floor("peak_mal"))], ctx.stats.of("peak_mal"),
                                         pooled=pooled))
     return pd.DataFrame(rows), record("Figure 2 and the rebuttal's MAL across all layers at 4K", statements,
                                       differences(ctx))

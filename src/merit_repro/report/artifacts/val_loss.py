@@ -22,28 +22,29 @@ LAMBADA = ("lambada_ppl", "lambada_ppl_vs_batch", "lambada_ppl", "LAMBADA perple
 def trends(ctx, metric, ylabel):
     """AdamW degrades with the batch; MERIT's advantage over AdamW and over LAMB grows with it."""
     models = [m for m in ctx.spec["models"] if len(ctx.batches(m)) > 1]
-    pooled = ctx.pooled(metric)
+    pooled, stats, floor = ctx.pooled(metric), ctx.stats.of(metric), ctx.floor(metric)
     out = []
     if "adamw" in ctx.optimizers():
         settings = []
         for m in models:
             small, large = ctx.batches(m)[0], ctx.batches(m)[-1]
-            settings.append(Setting(m, f"{small}->{large}", ctx.estimate(m, "adamw", small, metric).at(small),
-                                    ctx.estimate(m, "adamw", large, metric).at(large)))
+            settings.append(Setting(m, f"{small}->{large}", ctx.tested(m, "adamw", small, metric).at(small),
+                                    ctx.tested(m, "adamw", large, metric).at(large), floor=floor))
         out.append(statement(f"AdamW degrades from the smallest to the largest batch (its {ylabel} is lower at "
-                             "the smallest)", settings, ctx.stats, pooled=pooled))
+                             "the smallest)", settings, stats, pooled=pooled))
     for other in ("adamw", "lamb"):
         if other not in ctx.optimizers() or "merit" not in ctx.optimizers():
             continue
         settings = []
         for m in models:
             small, large = ctx.batches(m)[0], ctx.batches(m)[-1]
-            gap = {b: ctx.estimate(m, "merit", b, metric).at(b) - ctx.estimate(m, other, b, metric).at(b)
+            gap = {b: ctx.tested(m, "merit", b, metric).at(b) - ctx.tested(m, other, b, metric).at(b)
                    for b in (small, large)}
             settings.append(Setting(m, f"{small}->{large}", gap[large], gap[small],
-                                    "the gap is MERIT minus the baseline: more negative is a larger advantage"))
+                                    "the gap is MERIT minus the baseline: more negative is a larger advantage",
+                                    floor=floor))
         out.append(statement(f"MERIT's advantage over {'AdamW' if other == 'adamw' else 'LAMB'} grows from the "
-                             "smallest to the largest batch", settings, ctx.stats, pooled=pooled))
+                             "smallest to the largest batch", settings, stats, pooled=pooled))
     return out
 
 

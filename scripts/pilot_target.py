@@ -1,0 +1,86 @@
+"""The pilot that fixes Figure 1's target before the runs it judges, on seeds that never choose or report.
+
+    python scripts/pilot_target.py [--configfile config/config.yaml] [--seeds 100 101 102] [--jobs 2]
+
+The rule (config's ``target_rule``): for each experiment with the ``steps_to_target`` artifact, AdamW at its
+smallest batch is trained at every LR of its configured grid with the pilot seeds; the target is the lowest
+seed-mean final validation loss over those LRs, rounded to 0.01: what the standard batch reaches, which
+Figure 1 asks the larger batches to reach in the same tokens. The pilot seeds must be neither grid nor claim
+seeds of any experiment (refused otherwise), so the target never sees a seed whose runs report. Runs go to
+``<results>/pilot/<experiment>/lr<lr>/seed<seed>`` and resume like any cell; the corpus must be prepared
+(``snakemake --cores 2 <results>/data/<name>/meta.json``). Prints the table and each target.
+"""
+
+import argparse
+import statistics
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import yaml
+
+from merit_repro.plan import grid
+from merit_repro.plan.tuning import canonical
+
+
+def pilot_cells(config, seeds):
+    """{experiment: (model, batch, [(lr, seed, cell settings), ...])} for every steps_to_target experiment."""
+    taken = {s for name in config["experiments"] for s in grid.grid_seeds(config, name) + grid.claim_seeds(config, name)}
+    if taken & set(seeds):
+        sys.exit(f"error: pilot seeds {sorted(taken & set(seeds))} are grid or claim seeds of the config; give others "
+                 "with --seeds (a pilot's seeds never choose or report)")
+    out = {}
+    for name, exp in config["experiments"].items():
+        if "steps_to_target" not in exp.get("artifacts", []) or "adamw" not in exp["optimizers"]:
+            continue
+        model = exp["models"][0]
+        batches = exp["batch_sizes"]["adamw"] if isinstance(exp["batch_sizes"], dict) else exp["batch_sizes"]
+        batch = min(batches)
+        lrs = [canonical(lr) for lr in grid.lr_list(exp, model, "adamw")]
+        out[name] = (model, batch, [(lr, s, grid.cell_config(config, model, exp["tokens"], "adamw", batch, lr, s))
+                                    for lr in lrs for s in seeds])
+    return out
+
+
+def train_one(job):
+    settings, out_dir = job
+    import torch
+
+    from merit_repro.plan.cell import CellConfig
+    from merit_repro.train.loop import train
+    torch.set_num_threads(1)
+    settings = {**settings, "betas": tuple(settings["betas"])} if "betas" in settings else settings
+    summary = train(CellConfig(**settings).validate(), out_dir)
+    return summary["final_val_loss"] if summary["status"] == "ok" else None
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--configfile", type=Path, default=Path("config/config.yaml"))
+    parser.add_argument("--seeds", type=int, nargs="+", default=[100, 101, 102])
+    parser.add_argument("--jobs", type=int, default=2)
+    args = parser.parse_args()
+    config = yaml.safe_load(args.configfile.read_text())
+    config.setdefault("results", "results")
+    plan = pilot_cells(config, args.seeds)
+    jobs = {(name, lr, s): (settings, str(Path(config["results"]) / "pilot" / name / f"lr{lr}" / f"seed{s}"))
+            for name, (_, _, cells) in plan.items() for lr, s, settings in cells}
+    with ProcessPoolExecutor(args.jobs) as pool:
+        finals = dict(zip(jobs, pool.map(train_one, jobs.values())))
+    for name, (model, batch, cells) in plan.items():
+        print(f"\n{name}: AdamW, {model}, batch {batch}, pilot seeds {args.seeds}")
+        print("| lr | " + " | ".join(f"seed {s}" for s in args.seeds) + " | mean |")
+        print("|---|" + "---|" * (len(args.seeds) + 1))
+        means = {}
+        for lr in dict.fromkeys(lr for lr, _, _ in cells):
+            values = [finals[(name, lr, s)] for s in args.seeds]
+            mean = statistics.fmean(values) if None not in values else None
+            means[lr] = mean
+            print(f"| {lr} | " + " | ".join("diverged" if v is None else f"{v:.4f}" for v in values)
+                  + f" | {'–' if mean is None else f'{mean:.4f}'} |")
+        best = min((m, lr) for lr, m in means.items() if m is not None)
+        print(f"target_val_loss: {round(best[0], 2):.2f}  (lowest mean {best[0]:.4f} at lr {best[1]})")
+
+
+if __name__ == "__main__":
+    main()
