@@ -33,6 +33,7 @@ from merit_repro.plan.tuning import tune  # noqa: E402
 from merit_repro.report.claims import (  # noqa: E402
     EQUIVALENT,
     HELD,
+    LOWER,
     NO_WORSE,
     NOT_HELD,
     Estimate,
@@ -73,7 +74,7 @@ def rate(stats, experiments, make, wrong):
     hits = 0
     for _ in range(experiments):
         settings, kind = make()
-        hits += statement("null", settings, stats, kind).result in wrong
+        hits += statement("null", settings, stats, kind or LOWER).result in wrong
     p = hits / experiments
     return p, math.sqrt(max(p * (1 - p), 1e-12) / experiments)
 

@@ -18,7 +18,7 @@ from merit_repro.report.tables import write_table
 from .ablation import ablation
 from .context import Context
 from .headline import headline
-from .index import protocol, write_index
+from .index import protocol, protocol_summary, write_index
 from .llama_c4 import llama_c4
 from .loss_curves import loss_curves
 from .lr_sensitivity import lr_sensitivity
@@ -57,8 +57,8 @@ def make(artifact, experiment, config, runs_csv, cells_csv, best_csv, paper_csv,
                f"numbers where the setting is the paper's. {protocol(config)}")
     write_table(table, prefix, caption)
     with prefix.with_suffix(".md").open("a") as md:
-        md.write("\nMean ± sd over the claim seeds at each best LR (disjoint from the grid seeds that chose it); "
-                 "verdicts in [claims.csv](../claims.csv), rule in [README](../README.md).\n")
+        md.write("\nMean ± sd over the claim seeds at each best LR (disjoint from the grid seeds that chose it). "
+                 f"{protocol_summary(config)} Rows in [claims.csv](../claims.csv), the rule in [README](../README.md).\n")
     verdict.update(artifact=artifact, experiment=experiment)
     prefix.with_suffix(".json").write_text(json.dumps(verdict, indent=2, default=str, allow_nan=False) + "\n")
     return verdict

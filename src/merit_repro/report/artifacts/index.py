@@ -51,6 +51,14 @@ def protocol(config):
             "reached, tabled as `best-reached`.")
 
 
+def protocol_summary(config):
+    """The protocol in one line, for each table's footer (the whole of it is ``protocol``)."""
+    stats = Stats.from_report(with_defaults(config, "report"))
+    return (f"Verdicts: paired t where the runs share their seeds, else Welch with Hsu's df, at alpha {stats.alpha:g} in "
+            "every setting; did-not-hold Holm-corrected over a statement's settings; a tolerance per metric fixed "
+            "before the runs; LRs chosen once on the grid seeds, reported on the claim seeds.")
+
+
 def write_index(verdict_paths, out, config, claims_csv=None):
     out = Path(out)
     verdicts = [json.loads(Path(p).read_text()) for p in sorted(map(str, verdict_paths))]

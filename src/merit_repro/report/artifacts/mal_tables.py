@@ -102,4 +102,20 @@ def mal_tables(ctx, prefix):
             statements.append(statement(f"MERIT has fewer layers with MAL > {threshold:g} than {name(o)} at the "
                                         "largest batch", found, ctx.stats, pooled=ctx.pooled("n_layers_mal_over_threshold")))
     return pd.DataFrame(rows), record("rebuttal tables: peak MAL vs batch, layers with MAL > 100, layer of the peak at 4K",
-                                      statements, differences(ctx))
+                                      statements, differences(ctx), [tracking(rows)])
+
+
+def tracking(rows):
+    """The rebuttal's "peak MAL tracks validation loss", across the groups: a rank correlation, described and not
+    judged (the groups share seeds, so they are not independent draws, and there are a handful of them)."""
+    found = pd.DataFrame(rows)
+    if not {"model", "peak_mal", "val_loss"} <= set(found.columns):
+        found = found.iloc[0:0]
+    else:   # our groups only: the paper's own rows stand apart
+        found = found[~found.model.astype(str).str.startswith("paper:") & found.peak_mal.notna() & found.val_loss.notna()]
+    if len(found) < 3:
+        return "peak MAL against validation loss across the groups: fewer than 3 groups with both, nothing to describe"
+    rho = found.peak_mal.rank().corr(found.val_loss.rank())   # Spearman's rho: Pearson's r of the ranks
+    return (f"the rebuttal says peak MAL tracks validation loss: across the {len(found)} groups here, Spearman's rho "
+            f"= {rho:+.2f} between their mean peak MAL and mean validation loss (descriptive: the groups share their "
+            "seeds and are few, so no test is made)")

@@ -12,14 +12,14 @@ paper's reading of Table 1: large-batch MERIT keeps the small-batch downstream q
 the same large batch. Tested as errors (100 - accuracy), lower is better, through merit_repro.report.claims.
 """
 
+import dataclasses
 import json
-import math
 from pathlib import Path
 
 import pandas as pd
 
 from merit_repro.plan.paths import zeroshot_file
-from merit_repro.report.claims import LOWER, NO_WORSE, Estimate, Pooled, Setting, statement
+from merit_repro.report.claims import LOWER, NO_WORSE, Estimate, Pooled, Setting, of_values, statement
 from merit_repro.report.figures import Line, Panel
 
 from .context import record
@@ -31,33 +31,33 @@ PAPER_METRICS = {"arc_easy": "acc_arc", "copa": "acc_copa", "hellaswag": "acc_he
 
 
 def group_scores(ctx, model, optimizer, batch):
-    """{task or "average": [accuracy in % per claim seed]} of a group's best-LR claim-seed runs."""
+    """{task or "average": {claim seed: accuracy in %}} of a group's best-LR claim-seed runs."""
     path = Path(zeroshot_file(ctx.results, ctx.experiment, model, optimizer, batch))
     if not path.is_file():
         return {}
-    wanted = {Path(d).parts[-7:] for d in ctx.seed_runs(model, optimizer, batch).run_dir}
+    runs = ctx.seed_runs(model, optimizer, batch)
+    wanted = {Path(d).parts[-7:]: int(seed) for d, seed in zip(runs.run_dir, runs.seed)}
     scores = {}
     for run, result in json.loads(path.read_text())["runs"].items():
         if Path(run).parts[-7:] not in wanted:   # not a reported seed of the best LR
             continue
         ours = result["merit_repro"]
         for task, value in {**ours["accuracy"], "average": ours["mean"]}.items():
-            scores.setdefault(task, []).append(100 * value)
+            scores.setdefault(task, {})[wanted[Path(run).parts[-7:]]] = 100 * value
     return scores
 
 
 def estimate(ctx, model, optimizer, batch, scores):
-    """The average zero-shot error (100 - accuracy, lower is better) over the claim seeds, as a claims Estimate."""
+    """The average zero-shot error (100 - accuracy, lower is better) over the claim seeds, as a claims Estimate
+    with each seed's value (the groups at one batch share their seeds' initialisation and batch order)."""
     label = f"{ctx.label(model, optimizer)}@{batch}"
     row = ctx.best_row(model, optimizer, batch)
-    values = scores.get("average", [])
-    if row is not None and row.status != "ok":   # diverged at every LR: it loses, as in every other artifact
-        return Estimate(label, math.inf)
+    values = scores.get("average", {})
+    if row is not None and row.status != "ok":   # a tuning failure, said as in every other artifact
+        return dataclasses.replace(ctx.estimate(model, optimizer, batch), label=label)
     if row is None or not values:
         return Estimate(label, None)
-    errors = pd.Series([100 - v for v in values])
-    return Estimate(label, float(errors.mean()), float(errors.std()) if len(errors) > 1 else 0.0, len(errors),
-                    bool(row.at_edge), row.lr)
+    return of_values(label, {seed: 100 - v for seed, v in values.items()}, (model, batch), bool(row.at_edge), row.lr)
 
 
 def zeroshot(ctx, prefix):
@@ -78,9 +78,9 @@ def zeroshot(ctx, prefix):
                 estimates.append(est)
                 row = {"model": model, "optimizer": ctx.label(model, opt), "batch": batch,
                        "paper_batch": ctx.paper_batch(model, batch), "lr": ctx.best_row(model, opt, batch).lr,
-                       "n_seeds": len(scores.get("average", []))}
+                       "n_seeds": len(scores.get("average", {}))}
                 for task in tasks + ["average"]:
-                    values = pd.Series(scores.get(task, []), dtype=float)
+                    values = pd.Series(list(scores.get(task, {}).values()), dtype=float)
                     row[task] = values.mean() if len(values) else None
                     row[f"{task} std"] = values.std() if len(values) > 1 else None
                     if task in PAPER_METRICS and not ctx.stands_in(model):
