@@ -9,7 +9,8 @@
    power; and what one more claim seed costs (one cell per tuned group of the config).
 2. On the demo's runs (results/tables after `snakemake`): MERIT vs AdamW, LAMB vs AdamW and MERIT vs LAMB
    at each model's largest batch: the difference, the old margin (Welch–Satterthwaite) and the new one
-   (paired), side by side, the seeds' correlation, and the verdict under each.
+   (paired), side by side, the new one in seed sds, the difference decided with 80% power at this noise
+   ("detectable"), the seeds' correlation, and the verdict under each.
 """
 
 import argparse
@@ -78,9 +79,9 @@ def old_rule(a, b, tolerance):
 def on_runs(config, results):
     tables = Path(results) / "tables"
     print("\n2. The demo's runs, each model's largest batch (final validation loss, claim seeds):\n")
-    print("| experiment | model | batch | comparison | difference | old margin (Welch-S) | old verdict | "
-          "new margin (paired) | r | new verdict |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| experiment | model | batch | comparison | difference | seed sd | old margin (Welch-S) | old verdict | "
+          "new margin (paired) | in seed sds | detectable | r | new verdict |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     seen = set()
     for experiment, spec in config["experiments"].items():
         if not {"adamw", "lamb", "merit"} <= set(spec["optimizers"]):
@@ -103,9 +104,11 @@ def on_runs(config, results):
                 low, high = c.interval(ALPHA)
                 new_margin = max(high - c.difference, c.tolerance) if c.testable else float("nan")
                 r = f"{c.correlation:.2f}" if c.correlation is not None else "–"
+                sd = math.sqrt((ea.std ** 2 + eb.std ** 2) / 2)   # one run's seed sd, the two sides pooled
                 print(f"| {experiment} | {model} | {batch} | {name(a)} vs {name(b)} | {ea.mean - eb.mean:+.4f} | "
-                      f"{margin:.4f} | {before} | {new_margin:.4f} | {r} | {now.verdict}"
-                      f"{f' ({now.why})' if now.why else ''} |")
+                      f"{sd:.4f} | {margin:.4f} | {before} | {new_margin:.4f} | {new_margin / sd:.2f} | "
+                      f"{power_80(ea.n, (high - c.difference) / t_critical(ALPHA, c.df) / sd, c.df) * sd:.4f} | "
+                      f"{r} | {now.verdict}{f' ({now.why})' if now.why else ''} |")
 
 
 def main():
