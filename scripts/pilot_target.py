@@ -13,22 +13,18 @@ seeds of any experiment (refused otherwise), so the target never sees a seed who
 
 import argparse
 import statistics
-import sys
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import yaml
 
 from merit_repro.plan import grid
 from merit_repro.plan.tuning import canonical
+from merit_repro.train.pilot import refuse_reporting_seeds, train_all
 
 
 def pilot_cells(config, seeds):
     """{experiment: (model, batch, [(lr, seed, cell settings), ...])} for every steps_to_target experiment."""
-    taken = {s for name in config["experiments"] for s in grid.grid_seeds(config, name) + grid.claim_seeds(config, name)}
-    if taken & set(seeds):
-        sys.exit(f"error: pilot seeds {sorted(taken & set(seeds))} are grid or claim seeds of the config; give others "
-                 "with --seeds (a pilot's seeds never choose or report)")
+    refuse_reporting_seeds(config, seeds)
     out = {}
     for name, exp in config["experiments"].items():
         if "steps_to_target" not in exp.get("artifacts", []) or "adamw" not in exp["optimizers"]:
@@ -42,18 +38,6 @@ def pilot_cells(config, seeds):
     return out
 
 
-def train_one(job):
-    settings, out_dir = job
-    import torch
-
-    from merit_repro.plan.cell import CellConfig
-    from merit_repro.train.loop import train
-    torch.set_num_threads(1)
-    settings = {**settings, "betas": tuple(settings["betas"])} if "betas" in settings else settings
-    summary = train(CellConfig(**settings).validate(), out_dir)
-    return summary["final_val_loss"] if summary["status"] == "ok" else None
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--configfile", type=Path, default=Path("config/config.yaml"))
@@ -65,8 +49,8 @@ def main():
     plan = pilot_cells(config, args.seeds)
     jobs = {(name, lr, s): (settings, str(Path(config["results"]) / "pilot" / name / f"lr{lr}" / f"seed{s}"))
             for name, (_, _, cells) in plan.items() for lr, s, settings in cells}
-    with ProcessPoolExecutor(args.jobs) as pool:
-        finals = dict(zip(jobs, pool.map(train_one, jobs.values())))
+    finals = {key: summary["final_val_loss"] if summary["status"] == "ok" else None
+              for key, summary in train_all(jobs, args.jobs).items()}
     for name, (model, batch, cells) in plan.items():
         print(f"\n{name}: AdamW, {model}, batch {batch}, pilot seeds {args.seeds}")
         print("| lr | " + " | ".join(f"seed {s}" for s in args.seeds) + " | mean |")

@@ -213,6 +213,8 @@ def test_cost_cli_errors(tmp_path):
     (tmp_path / "c.yaml").write_text(dump_config(config))
     line = one_error_line(subprocess.run(cost + [str(tmp_path / "c.yaml")], capture_output=True, text=True))
     assert "experiments.sweep.lr_grid.adamw[1]=-1.0 must be a number > 0" in line
+    line = one_error_line(subprocess.run(cost + [str(TINY_WORKFLOW), "--cores", "0"], capture_output=True, text=True))
+    assert "--cores 0 must be > 0" in line
 
 
 def test_the_validation_offsets_sample_the_whole_split():

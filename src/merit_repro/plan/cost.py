@@ -2,12 +2,15 @@
 
     python -m merit_repro.plan.cost --configfile config/paper.yaml [--mfu 0.4] [--peak-flops 989e12]
     python -m merit_repro.plan.cost --configfile config/paper.yaml --tokens-per-s-per-gpu 180000
+    python -m merit_repro.plan.cost --configfile config/mechanism.yaml --cores 2
 
-Per experiment: cells, tokens, training FLOPs (6N + attention per token, nanoGPT/PaLM) and
-GPU-hours at the stated throughput; then the total over distinct cells (a cell shared by several
-experiments trains once). LR tuning adds cells once results are in (grid extensions, claim seeds
-at each best LR: merit_repro.plan.tuning); the last column bounds what they can add, per experiment and
-in total (without sharing, so an upper bound). Evaluation and the MAL probe are not counted.
+Per experiment: cells, tokens, training FLOPs (6N + attention per token, nanoGPT/PaLM), GPU-hours at the
+stated throughput, and the wall minutes on a CPU of --cores cores (one cell per core, at --cpu-flops per
+core: measured on this project's 2-core machines, see CPU_FLOPS_PER_CORE); then the total over distinct cells
+(a cell shared by several experiments trains once). LR tuning adds cells once results are in (grid
+extensions, claim seeds at each best LR: merit_repro.plan.tuning); the "+ tuning" columns bound what they can
+add, per experiment and in total (without sharing, so an upper bound). Evaluation and the MAL probe are not
+counted.
 """
 
 import argparse
@@ -15,7 +18,7 @@ import sys
 from collections import defaultdict
 
 from merit_repro.config import configfiles
-from merit_repro.utils import cli
+from merit_repro.utils import UserError, cli
 
 from . import grid
 from .runtime import flops_per_token
@@ -30,7 +33,15 @@ def tuning_cells(config, group):
     return spec["max_extensions"] * len(spec["grid_seeds"]) + extra_seeds
 
 
-def estimate(config, seconds_per_flop):
+# Training FLOP/s of one cell on one CPU core (one thread), measured on this project's 2-core machines: the
+# mechanism pilot's demo-small cells (context 128, batches 8 and 64) ran at 23-33 GFLOP/s by the count above,
+# the demo's context-64 cells at 40-50; the lower end, so that an estimate is not short.
+CPU_FLOPS_PER_CORE = 23e9
+
+
+def estimate(config):
+    """[(experiment, cells, tokens, FLOPs, tuning FLOPs at most)] and the total over distinct cells; per model
+    (FLOPs per token, parameters)."""
     per_model = {m: flops_per_token(config, m) for m in config["models"]}
     flops_of = lambda model, tokens: float(tokens) * per_model[model][0]  # noqa: E731
     rows, totals = [], defaultdict(float)
@@ -40,13 +51,12 @@ def estimate(config, seconds_per_flop):
         totals["flops"] += flops_of(cell.model, cell.tokens)
     for name in config["experiments"]:
         cells = grid.experiment_cells(config, name)
-        flops = sum(flops_of(c.model, c.tokens) for c in cells)
-        tuning = sum(tuning_cells(config, g) * flops_of(g.model, g.tokens) for g in grid.experiment_groups(config, name))
+        tuning = sum(tuning_cells(config, g) * flops_of(g.model, g.tokens)
+                     for g in grid.experiment_groups(config, name))
         totals["tuning"] += tuning
-        rows.append((name, len(cells), sum(float(c.tokens) for c in cells), flops, flops * seconds_per_flop / 3600,
-                     tuning * seconds_per_flop / 3600))
-    rows.append(("total (distinct cells)", int(totals["cells"]), totals["tokens"], totals["flops"],
-                 totals["flops"] * seconds_per_flop / 3600, totals["tuning"] * seconds_per_flop / 3600))
+        rows.append((name, len(cells), sum(float(c.tokens) for c in cells),
+                     sum(flops_of(c.model, c.tokens) for c in cells), tuning))
+    rows.append(("total (distinct cells)", int(totals["cells"]), totals["tokens"], totals["flops"], totals["tuning"]))
     return rows, per_model
 
 
@@ -59,22 +69,34 @@ def main(argv=None):
     parser.add_argument("--mfu", type=float, default=0.4, help="model FLOPs utilisation assumed")
     parser.add_argument("--tokens-per-s-per-gpu", type=float, default=None,
                         help="measured throughput of the largest model instead of peak x MFU")
+    parser.add_argument("--cores", type=int, default=2, help="CPU cores, one cell on each (default 2)")
+    parser.add_argument("--cpu-flops", type=float, default=CPU_FLOPS_PER_CORE,
+                        help=f"training FLOP/s of one cell on one core (default {CPU_FLOPS_PER_CORE:.3g}, measured)")
     args = parser.parse_args(argv)
+    for flag in ("cores", "cpu_flops", "peak_flops", "mfu", "tokens_per_s_per_gpu"):
+        value = getattr(args, flag)
+        if value is not None and not value > 0:
+            raise UserError(f"--{flag.replace('_', '-')} {value:g} must be > 0")
     config = configfiles.load(args.configfile)
     validate(config)
-    seconds_per_flop = 1 / (args.peak_flops * args.mfu)
+    gpu_seconds_per_flop = 1 / (args.peak_flops * args.mfu)
     if args.tokens_per_s_per_gpu:
         biggest = max(config["models"], key=lambda m: flops_per_token(config, m)[0])
-        seconds_per_flop = 1 / (args.tokens_per_s_per_gpu * flops_per_token(config, biggest)[0])
-    rows, per_model = estimate(config, seconds_per_flop)
+        gpu_seconds_per_flop = 1 / (args.tokens_per_s_per_gpu * flops_per_token(config, biggest)[0])
+    cpu_minutes_per_flop = 1 / (args.cpu_flops * args.cores) / 60
+    rows, per_model = estimate(config)
     rate = (f"{args.tokens_per_s_per_gpu:,.0f} tokens/s per GPU (largest model)" if args.tokens_per_s_per_gpu
             else f"{args.peak_flops / 1e12:.0f} TFLOP/s x MFU {args.mfu}")
-    print(f"# cost of {args.configfile} at {rate}")
+    print(f"# cost of {args.configfile} at {rate}; on a CPU: {args.cores} cores at {args.cpu_flops / 1e9:.3g} "
+          "GFLOP/s each")
     for m, (fpt, n) in per_model.items():
-        print(f"#   {m}: {n / 1e6:.1f}M params, {fpt / 1e9:.2f} GFLOP per token")
-    print(f"{'experiment':<28}{'cells':>7}{'tokens':>12}{'FLOPs':>12}{'GPU-hours':>12}{'+ tuning at most':>18}")
-    for name, cells, tokens, flops, hours, tuning in rows:
-        print(f"{name:<28}{cells:>7}{tokens:>12.3g}{flops:>12.3g}{hours:>12,.1f}{tuning:>18,.1f}")
+        print(f"#   {m}: {n / 1e6:.1f}M params, {fpt / 1e9:.3g} GFLOP per token")
+    print(f"{'experiment':<28}{'cells':>7}{'tokens':>12}{'FLOPs':>12}{'GPU-hours':>12}{'+ tuning':>10}"
+          f"{f'CPU min ({args.cores} cores)':>20}{'+ tuning':>10}")
+    for name, cells, tokens, flops, tuning in rows:
+        print(f"{name:<28}{cells:>7}{tokens:>12.3g}{flops:>12.3g}{flops * gpu_seconds_per_flop / 3600:>12,.1f}"
+              f"{tuning * gpu_seconds_per_flop / 3600:>10,.1f}{flops * cpu_minutes_per_flop:>20,.1f}"
+              f"{tuning * cpu_minutes_per_flop:>10,.1f}")
     return 0
 
 

@@ -28,6 +28,7 @@ class Line:
     marker: str | None = None
     err: list | None = None      # error bars (seed std)
     hollow: bool = False         # the paper's values: hollow markers
+    band: tuple | None = None    # (lower, upper) at each x: the seeds' spread, shaded
 
 
 @dataclass
@@ -40,6 +41,7 @@ class Panel:
     logy: bool = False
     xticks: list | None = None   # ticks at these values, labelled as plain numbers (batch sizes, LRs)
     empty_text: str = "no finished runs"
+    hline: tuple | None = None   # (y, label): a level drawn across the panel (the MAL threshold)
 
 
 def _plot(ax, line):
@@ -51,6 +53,20 @@ def _plot(ax, line):
         ax.errorbar(line.x, line.y, yerr=line.err, capsize=3, **style)
     else:
         ax.plot(line.x, line.y, **style)
+    if line.band:
+        ax.fill_between(line.x, *line.band, color=color, alpha=0.2, linewidth=0)
+
+
+def _log_labels(axis, lo, hi):
+    """Plain numbers at the decades; at 2 and 5 times them only where the axis spans under two decades, so
+    the labels never crowd (matplotlib would label every minor tick of a short log axis in 1e+00 form)."""
+    plain = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")
+    axis.set_major_formatter(plain)
+    if lo > 0 and hi / lo < 100:
+        axis.set_minor_locator(matplotlib.ticker.LogLocator(subs=(2.0, 5.0)))
+        axis.set_minor_formatter(plain)
+    else:
+        axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
 
 
 def _wrap(text, width_in):
@@ -59,7 +75,7 @@ def _wrap(text, width_in):
 
 def draw(panels, width=6.4, height=4.0, suptitle=None):
     """One row of panels; each legend sits below its panel, off the data; titles wrap to the figure."""
-    legend_rows = max([math.ceil(sum(bool(line.x) for line in p.lines) / 2) for p in panels] or [0])
+    legend_rows = max([math.ceil((sum(bool(line.x) for line in p.lines) + bool(p.hline)) / 2) for p in panels] or [0])
     fig, axes = plt.subplots(1, len(panels), figsize=(width * len(panels), height + 0.22 * legend_rows),
                              squeeze=False, layout="constrained")
     for ax, panel in zip(axes[0], panels):
@@ -68,11 +84,11 @@ def draw(panels, width=6.4, height=4.0, suptitle=None):
             _plot(ax, line)
         if panel.logx:
             ax.set_xscale("log", base=2)
+        if panel.hline:
+            ax.axhline(panel.hline[0], color="black", linestyle="--", linewidth=0.8, label=panel.hline[1])
         if panel.logy:
             ax.set_yscale("log")
-            plain = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")
-            ax.yaxis.set_major_formatter(plain)
-            ax.yaxis.set_minor_formatter(plain)
+            _log_labels(ax.yaxis, *ax.get_ylim())
         if panel.xticks:
             ax.set_xticks(panel.xticks, [f"{t:g}" for t in panel.xticks])
             ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
@@ -80,9 +96,9 @@ def draw(panels, width=6.4, height=4.0, suptitle=None):
         ax.set_xlabel(panel.xlabel)
         ax.set_ylabel(panel.ylabel)
         ax.grid(True, alpha=0.3)
-        if lines:
+        if lines or panel.hline:
             ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, fontsize="small", frameon=False)
-        else:
+        if not lines:
             ax.text(0.5, 0.5, panel.empty_text, ha="center", va="center", transform=ax.transAxes)
     if suptitle:
         fig.suptitle(_wrap(suptitle, width * len(panels)))

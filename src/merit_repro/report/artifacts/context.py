@@ -133,12 +133,14 @@ class Context(PaperNumbers):
                  & r.seed.isin(seeds)].drop_duplicates("run_dir")
 
     def seed_mean_curve(self, model, optimizer, batch, read):
-        """read(run_dir) -> pd.Series indexed by step; the mean over the claim seeds (steps all share)."""
+        """read(run_dir) -> pd.Series indexed by step: (steps, the mean over the claim seeds, (their lowest, their
+        highest)) at the steps all seeds share. The band is the seeds' range: it stays positive on a log axis."""
         curves = [read(d) for d in self.seed_runs(model, optimizer, batch).run_dir]
         if not curves:
-            return [], []
-        mean = pd.concat(curves, axis=1).dropna().mean(axis=1)
-        return list(mean.index), list(mean.values)
+            return [], [], None
+        table = pd.concat(curves, axis=1).dropna()
+        band = (list(table.min(axis=1)), list(table.max(axis=1))) if table.shape[1] > 1 else None
+        return list(table.index), list(table.mean(axis=1)), band
 
     # -- statements and figures
 

@@ -65,7 +65,7 @@ def headline(ctx, prefix):
                              "paper_batch": ctx.paper_batch(model, b), "n_seeds": est.n,
                              **estimate_columns(est, ctx.paper_beside(model, ctx.paper_value(
                                  "headline", model, opt, b, "val_loss")), "val_loss")})
-                x, y = ctx.seed_mean_curve(model, opt, b, val_curve_by_tokens)
+                x, y, _ = ctx.seed_mean_curve(model, opt, b, val_curve_by_tokens)
                 panel.lines.append(Line(f"bs{b}: {est.text()}", x, y, opt))
         panels.append(panel)
     ctx.figure(panels, prefix, "Headline: MERIT at a large batch vs AdamW at the standard batch, same tokens")

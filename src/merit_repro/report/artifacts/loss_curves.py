@@ -16,7 +16,7 @@ from .paper import differences
 def curve_panel(ctx, model, batch, optimizers, title):
     panel = Panel(title, "step", "validation loss (seed mean)")
     for opt in optimizers:
-        x, y = ctx.seed_mean_curve(model, opt, batch, val_curve)
+        x, y, _ = ctx.seed_mean_curve(model, opt, batch, val_curve)
         panel.lines.append(Line(f"{ctx.label(model, opt)}: {ctx.estimate(model, opt, batch).text()}", x, y,
                                 ctx.label(model, opt)))
     return panel

@@ -61,17 +61,20 @@ def mal_vs_step(ctx, prefix):
     n_layers = ctx.runs[ctx.runs.model == model].n_layers.max()
     n_layers = int(n_layers) if pd.notna(n_layers) else 0
     middle = max(1, n_layers // 2)
+    threshold = ctx.report["mal_threshold"]
+    level = (threshold, f"MAL {threshold:g} (report.mal_threshold)")
     panels = []
     for layer in (1, middle):
-        panel = Panel(f"layer {layer}", "step", "max attention logit (seed mean)", logy=True)
+        panel = Panel(f"layer {layer}", "step", "max attention logit (seed mean, band: seed range)", logy=True,
+                      hline=level)
         for opt in ctx.optimizers():
-            x, y = ctx.seed_mean_curve(model, opt, batch, mal_curve(layer))
-            panel.lines.append(Line(ctx.label(model, opt), x, y, opt))
+            x, y, band = ctx.seed_mean_curve(model, opt, batch, mal_curve(layer))
+            panel.lines.append(Line(ctx.label(model, opt), x, y, opt, band=band))
         panels.append(panel)
     groups = {g: layers_of(g, n_layers) for g in GROUPS}
     all_layers = Panel(f"every layer (batch {batch}); groups " + ", ".join(
-        f"{g} {v[0]}-{v[-1]}" for g, v in groups.items() if v), "layer", "peak MAL over steps (seed mean)",
-        logy=True, xticks=list(range(1, n_layers + 1)))
+        f"{g} {v[0]}-{v[-1]}" for g, v in groups.items() if v), "layer", "peak MAL over steps (seed mean, band: range)",
+        logy=True, xticks=list(range(1, n_layers + 1)), hline=level)
     rows = []
     for opt in ctx.optimizers():
         per_seed = per_seed_layers(ctx, model, opt, batch)
@@ -79,12 +82,20 @@ def mal_vs_step(ctx, prefix):
             continue
         table = pd.concat(per_seed, axis=1)
         mean, std = table.mean(axis=1), table.std(axis=1, ddof=1)
-        all_layers.lines.append(Line(ctx.label(model, opt), list(mean.index), list(mean.values), opt, marker="o"))
+        band = (list(table.min(axis=1)), list(table.max(axis=1))) if len(per_seed) > 1 else None
+        all_layers.lines.append(Line(ctx.label(model, opt), list(mean.index), list(mean.values), opt, marker="o",
+                                     band=band))
         rows += [{"optimizer": ctx.label(model, opt), "batch": batch, "layer": layer,
                   "group": next((g for g, v in groups.items() if layer in v), ""), "peak_mal": mean[layer],
                   "peak_mal std": std[layer] if len(per_seed) > 1 else None, "n_seeds": len(per_seed)}
                  for layer in mean.index]
     panels.append(all_layers)
+    paper = ctx.paper_panel(model, "peak MAL and its layer at 4K", "layer (of 24)", "peak MAL", {
+        opt: [(ctx.paper_value("peak_mal_layer", model, opt, batch, "peak_mal_layer"),
+               ctx.paper_value("peak_mal_layer", model, opt, batch, "peak_mal"))] for opt in ctx.optimizers()},
+        logy=True, hline=(100, "MAL 100 (the paper's threshold)"))
+    if paper:
+        panels.append(paper)
     ctx.figure(panels, prefix, f"Figure 2: MAL of {model} at batch {batch}, layers 1 and {middle}, and every layer")
     est = {(o, g): group_estimate(ctx, model, o, batch, g, n_layers) for o in ctx.optimizers()
            for g in (*GROUPS, "all")}

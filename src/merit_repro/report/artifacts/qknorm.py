@@ -40,7 +40,7 @@ def qknorm(ctx, prefix):
             for opt in ctx.optimizers():
                 if ctx.best_row(model, opt, batch) is None:
                     continue
-                x, y = ctx.seed_mean_curve(model, opt, batch, val_curve)
+                x, y, _ = ctx.seed_mean_curve(model, opt, batch, val_curve)
                 panel.lines.append(Line(ctx.estimate(model, opt, batch).text(), x, y, ctx.label(model, opt)))
         panels.append(panel)
     ctx.figure(panels, prefix, "QK-LayerNorm against AdamW and MERIT")
