@@ -136,14 +136,17 @@ def main():
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in table.itertuples():
         print(f"| {r.context} | {r.tokens} | {r.steps} | {r.best_lr} | {r.val_loss:.3f} | {r.adamw_peak_mal:.1f} | "
-              f"{r.max_over_lrs:.1f} | {r.tokens_per_s:,.0f} | {r.projected_minutes:.0f} | {'yes' if r.allowed else 'no'} |")
+              f"{r.max_over_lrs:.1f} | {r.tokens_per_s:,.0f} | {r.projected_minutes:.0f} | "
+              f"{'yes' if r.allowed else 'no'} |")
     print("\nper run (large batch):")
     print(runs[["context", "tokens", "lr", "seed", "final_val_loss", "peak_mal", "peak_mal_layer", "ok"]]
           .to_string(index=False, float_format="{:.3f}".format))
-    print(f"\nchosen: context {c}, tokens {t} ({why}); AdamW peak MAL {chosen.adamw_peak_mal:.1f} at lr {chosen.best_lr}")
+    print(f"\nchosen: context {c}, tokens {t} ({why}); AdamW peak MAL {chosen.adamw_peak_mal:.1f} "
+          f"at lr {chosen.best_lr}")
+    small_tps = small_runs.tokens_per_s.median()
     print(f"small batch {small} there: AdamW peak MAL {small_score:.1f} at lr {small_lr} (val loss {small_loss:.3f}), "
-          f"{small_runs.tokens_per_s.median():,.0f} tokens/s ({chosen.tokens_per_s / small_runs.tokens_per_s.median():.2f}x "
-          f"slower than the large batch; projected with {SMALL_BATCH_SLOWDOWN:g}x)")
+          f"{small_tps:,.0f} tokens/s ({chosen.tokens_per_s / small_tps:.2f}x slower than the large batch; projected "
+          f"with {SMALL_BATCH_SLOWDOWN:g}x)")
     print(small_runs[["lr", "seed", "final_val_loss", "peak_mal", "peak_mal_layer", "ok"]]
           .to_string(index=False, float_format="{:.3f}".format))
     if chosen.adamw_peak_mal <= small_score:

@@ -6,8 +6,8 @@
 
 Per experiment: cells, tokens, training FLOPs (6N + attention per token, nanoGPT/PaLM), GPU-hours at the
 stated throughput, and the wall minutes on a CPU of --cores cores (one cell per core, at --cpu-flops per
-core: measured on this project's 2-core machines, see CPU_FLOPS_PER_CORE); then the total over distinct cells
-(a cell shared by several experiments trains once). LR tuning adds cells once results are in (grid
+core: the lower end of what this project's cells measured, runtime.CPU_FLOPS_PER_CORE); then the total over
+distinct cells (a cell shared by several experiments trains once). LR tuning adds cells once results are in (grid
 extensions, claim seeds at each best LR: merit_repro.plan.tuning); the "+ tuning" columns bound what they can
 add, per experiment and in total (without sharing, so an upper bound). Evaluation and the MAL probe are not
 counted.
@@ -21,7 +21,7 @@ from merit_repro.config import configfiles
 from merit_repro.utils import UserError, cli
 
 from . import grid
-from .runtime import flops_per_token
+from .runtime import CPU_FLOPS_PER_CORE, flops_per_token
 from .validate import validate
 
 
@@ -31,12 +31,6 @@ def tuning_cells(config, group):
     spec = grid.tuning_spec(config, group)
     extra_seeds = len(set(spec["claim_seeds"]) - set(spec["grid_seeds"]))
     return spec["max_extensions"] * len(spec["grid_seeds"]) + extra_seeds
-
-
-# Training FLOP/s of one cell on one CPU core (one thread), measured on this project's 2-core machines: the
-# mechanism pilot's demo-small cells (context 128, batches 8 and 64) ran at 23-33 GFLOP/s by the count above,
-# the demo's context-64 cells at 40-50; the lower end, so that an estimate is not short.
-CPU_FLOPS_PER_CORE = 23e9
 
 
 def estimate(config):

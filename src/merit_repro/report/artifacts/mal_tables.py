@@ -7,8 +7,8 @@ ordering); every optimizer's peak MAL grows from the smallest to the largest bat
 scale: a ratio); MERIT's and LAMB's grow less than AdamW's, on the same log scale (the paper's own numbers
 order LAMB and MERIT differently on the two scales: from 512 to 4096 AdamW rises x3.5, MERIT x2.7, LAMB
 x1.7, but by +826, +286, +340. A ratio is the scale of the mechanism, a product of the query and key
-weights' norms, and it does not favour whichever optimizer starts lower); AdamW has more layers above the threshold at the largest batch than at the
-smallest; MERIT has fewer layers above the threshold than AdamW and LAMB at the largest batch. The threshold
+weights' norms, and it does not favour whichever optimizer starts lower); AdamW has more layers above the
+threshold at the largest batch than at the smallest; MERIT has fewer layers above the threshold than AdamW and LAMB at the largest batch. The threshold
 (100 in the paper) is a statement about MAL of that size: where no run of the experiment reaches it,
 the count is zero everywhere and the statement is not tested at this scale.
 """
@@ -45,8 +45,9 @@ def mal_tables(ctx, prefix):
         for opt in ctx.optimizers():
             est = [ctx.estimate(model, opt, b, "peak_mal") for b in batches]
             ours = [(b, e) for b, e in zip(batches, est) if finite_mean(e) is not None]
+            band = [sorted(e.values.values()) if e.values and e.n > 1 else [e.mean] for _, e in ours]
             panel.lines.append(Line(ctx.label(model, opt), [b for b, _ in ours], [e.mean for _, e in ours], opt,
-                                    marker="o", err=[e.std if e.n > 1 else 0.0 for _, e in ours]))
+                                    marker="o", band=([v[0] for v in band], [v[-1] for v in band])))
             if not ctx.stands_in(model):
                 paper = [(b, ctx.paper_value(TABLE, model, opt, b, "peak_mal")) for b in batches]
                 paper = [(b, v) for b, v in paper if v is not None]
@@ -86,7 +87,8 @@ def mal_tables(ctx, prefix):
         counts += [(o, Setting(model, str(large), count(model, "merit", large), count(model, o, large),
                                floor=HALF_A_LAYER, not_tested=untested))
                    for o in ctx.optimizers() if o in ("adamw", "lamb") and "merit" in ctx.optimizers()]
-    ctx.figure(panels, prefix, "Peak max attention logit vs batch size (seed mean ± sd)")
+    ctx.figure(panels, prefix, "Peak max attention logit vs batch size (seed mean; band: the seeds' range, which a "
+               "log axis can draw where mean ± sd would fall below zero)")
     statements = ctx.pairwise("{a} vs {b}: lower peak MAL, in the direction the paper prints at this batch", TABLE,
                               "peak_mal", settings, "peak_mal")
     pooled = ctx.pooled("peak_mal")
@@ -118,7 +120,8 @@ def across_batches(ctx, model, small, large, untested):
     growth = {o: Setting(model, where, log_mal(o, small), log_mal(o, large), floor=ctx.floor("peak_mal")) for o in opts}
     rise = {o: Setting(model, where, log_mal(o, large) - log_mal(o, small),
                        log_mal("adamw", large) - log_mal("adamw", small),
-                       "the rise is log peak MAL at the largest batch minus at the smallest", floor=ctx.floor("peak_mal"))
+                       "the rise is log peak MAL at the largest batch minus at the smallest",
+                       floor=ctx.floor("peak_mal"))
             for o in opts if o != "adamw" and "adamw" in opts}
     more = {o: Setting(model, where, count(o, small), count(o, large), floor=HALF_A_LAYER, not_tested=untested)
             for o in opts}
