@@ -52,6 +52,7 @@ def test_a_pilot_refuses_seeds_that_choose_or_report():
     refuse_reporting_seeds(config, [200, 201])
 
 
+@pytest.mark.slow
 def test_the_mechanism_config_records_its_pilot_and_plans(tmp_path):
     """The setting the pilot chose is the config's, with its rule beside it; a dry run plans its grid."""
     text = (REPO / "config" / "mechanism.yaml").read_text()
