@@ -85,12 +85,13 @@ def main(argv=None):
           "GFLOP/s each")
     for m, (fpt, n) in per_model.items():
         print(f"#   {m}: {n / 1e6:.1f}M params, {fpt / 1e9:.3g} GFLOP per token")
-    print(f"{'experiment':<28}{'cells':>7}{'tokens':>12}{'FLOPs':>12}{'GPU-hours':>12}{'+ tuning':>10}"
-          f"{f'CPU min ({args.cores} cores)':>20}{'+ tuning':>10}")
+    header = ["cells", "tokens", "FLOPs", "GPU-hours", "+ tuning", "CPU minutes", "+ tuning"]
+    print(f"{'experiment':<28}" + " ".join(f"{h:>12}" for h in header))
     for name, cells, tokens, flops, tuning in rows:
-        print(f"{name:<28}{cells:>7}{tokens:>12.3g}{flops:>12.3g}{flops * gpu_seconds_per_flop / 3600:>12,.1f}"
-              f"{tuning * gpu_seconds_per_flop / 3600:>10,.1f}{flops * cpu_minutes_per_flop:>20,.1f}"
-              f"{tuning * cpu_minutes_per_flop:>10,.1f}")
+        values = [f"{cells}", f"{tokens:.3g}", f"{flops:.3g}", f"{flops * gpu_seconds_per_flop / 3600:,.1f}",
+                  f"{tuning * gpu_seconds_per_flop / 3600:,.1f}", f"{flops * cpu_minutes_per_flop:,.1f}",
+                  f"{tuning * cpu_minutes_per_flop:,.1f}"]
+        print(f"{name:<28}" + " ".join(f"{v:>12}" for v in values))
     return 0
 
 
