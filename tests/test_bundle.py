@@ -3,11 +3,14 @@ bundle that does not verify or is another config's is refused naming what differ
 The workflow's bundle -> rebuild round trip is in test_workflow.py."""
 
 import gzip
+import hashlib
 import io
 import json
+import re
 import tarfile
 
 import pytest
+import yaml
 
 from merit_repro.plan.grid import Cell
 from merit_repro.report import bundle
@@ -90,7 +93,7 @@ def test_a_tampered_file_is_refused_naming_it(tmp_path, capsys):
 
 @pytest.mark.parametrize("edit, message", [
     (lambda f: f.pop("tables/runs.csv"), "tables/runs.csv is in the manifest but not in the bundle"),
-    (lambda f: f.update({"runs/extra.csv": b"x"}), "runs/extra.csv is in the bundle but not in the manifest"),
+    (lambda f: f.update({"tables/extra.csv": b"x"}), "tables/extra.csv is in the bundle but not in the manifest"),
     (lambda f: f.update({bundle.MANIFEST: json.dumps({"schema": 99, "commit": "c0ffee"}).encode()}),
      "has bundle schema 99, which this version does not know .* at its commit c0ffee"),
     (lambda f: f.pop(bundle.MANIFEST), "has no MANIFEST.json"),
@@ -171,3 +174,99 @@ def test_a_member_named_by_a_dot_is_refused(tmp_path, name):
     rewrite(path, lambda f: f.update({name: b"x"}))
     with pytest.raises(UserError, match="is not a plain file inside the bundle"):
         bundle.read(path)
+
+
+def forge(path, edit):
+    """What a hostile sender can do: edit({name: bytes}) the members, then write a manifest whose hashes and
+    sizes match the edited files, so that only the bundle's rules, not its hashes, can refuse it."""
+    with tarfile.open(path, "r:gz") as tar:
+        files = {m.name: tar.extractfile(m).read() for m in tar}
+    manifest = json.loads(files.pop(bundle.MANIFEST))
+    edit(files, manifest)
+    manifest["files"] = {n: {"sha256": hashlib.sha256(d).hexdigest(), "size": len(d)} for n, d in files.items()}
+    files[bundle.MANIFEST] = json.dumps(manifest).encode()
+    bundle.write_tar(path, files)
+
+
+@pytest.mark.parametrize("members", [
+    {"zeroshot_tasks/pwn.py": b"import os", "zeroshot_tasks/0_next_line.yaml": b"task: next_line"},
+    {"aaa": b"x", "aaa/b": b"y"},
+    {"runs/T/4096/adamw/bs8/lr1e-3/seed0/model.pt": b"weights"},
+    {"README.md": b"# overwritten"},
+])
+def test_a_member_a_bundle_is_not_made_of_is_refused_even_when_its_manifest_lists_it(tmp_path, members):
+    path, _ = make_bundle(tmp_path)
+    forge(path, lambda files, manifest: files.update(members))
+    with pytest.raises(UserError) as err:
+        bundle.read(path)
+    for name in members:
+        assert f"member {name!r} is not a file a bundle is made of" in str(err.value)
+    assert not (tmp_path / "into").exists()
+    with pytest.raises(UserError):
+        bundle.unpack(path, tmp_path / "into")
+    assert not (tmp_path / "into").exists()
+
+
+def test_a_member_larger_than_its_manifest_says_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    path, _ = make_bundle(tmp_path)
+    name = "runs/T/4096/adamw/bs8/lr1e-3/seed0/metrics.csv"
+    rewrite(path, lambda f: f.update({name: b"0" * 100_000}))
+    read_sizes = []
+    real = tarfile.TarFile.extractfile
+    monkeypatch.setattr(tarfile.TarFile, "extractfile",
+                        lambda self, info: read_sizes.append(info.size) or real(self, info))
+    with pytest.raises(UserError, match=f"{name} is 100,000 bytes, its manifest says"):
+        bundle.read(path)
+    assert 100_000 not in read_sizes
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda m: m["files"].update({"tables/runs.csv": 7}), "files\\['tables/runs.csv'\\] is not"),
+    (lambda m: m.update(data=["d"]), "'data' is not an object"),
+    (lambda m: m.update(config="results: /"), "'config' is not a mapping"),
+    (lambda m: m.update(files=[]), "'files' is not an object"),
+])
+def test_a_malformed_manifest_is_one_error_line(tmp_path, capsys, edit, message):
+    path, _ = make_bundle(tmp_path)
+
+    def malform(files):
+        manifest = json.loads(files[bundle.MANIFEST])
+        edit(manifest)
+        files[bundle.MANIFEST] = json.dumps(manifest).encode()
+    rewrite(path, malform)
+    assert bundle.main(["inspect", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and re.search(message, err), err
+
+
+def test_a_summary_that_is_not_json_is_one_error_line(tmp_path, capsys):
+    path, _ = make_bundle(tmp_path)
+    forge(path, lambda files, manifest: files.update({"runs/T/4096/adamw/bs8/lr1e-3/seed0/summary.json": b"{oops"}))
+    assert bundle.main(["inspect", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "lr1e-3/seed0/summary.json is not JSON" in err
+
+
+def test_inspect_config_prints_the_manifests_config_as_data_without_locations(tmp_path, capsys):
+    path, _ = make_bundle(tmp_path)
+    raw = b"__use_yte__: true\nresults: ?? __import__('os').system('touch pwned')\n"
+    forge(path, lambda files, manifest: files.update({bundle.CONFIG: raw}))   # a config.yaml not the manifest's
+    with pytest.raises(UserError, match="config.yaml is not the manifest's config"):
+        bundle.read(path)
+
+    def relocate(files, manifest):
+        manifest["config"] = {**manifest["config"], "figures": ".", "results": "/", "bundle_name": "x"}
+        files[bundle.CONFIG] = bundle.config_text(manifest["config"])
+    path, _ = make_bundle(tmp_path, "c.tar.gz")
+    forge(path, relocate)
+    assert bundle.main(["inspect", str(path), "--config"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed == {k: v for k, v in CONFIG.items() if k != "results"}   # no key that says where to write
+
+    def template(files, manifest):
+        manifest["config"] = {**manifest["config"], "__use_yte__": True}
+        files[bundle.CONFIG] = bundle.config_text(manifest["config"])
+    path, _ = make_bundle(tmp_path, "t.tar.gz")
+    forge(path, template)
+    assert bundle.main(["inspect", str(path), "--config"]) == 2
+    assert "__use_yte__" in capsys.readouterr().err

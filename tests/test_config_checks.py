@@ -149,3 +149,16 @@ def test_a_number_yaml_reads_as_text_gets_the_fix():
     found = configfiles.schema_problems(config, SCHEMA)
     assert found == ["experiments.sweep.batch_sizes.1: '1e12' is not of type 'integer' (YAML reads 1e12 as text: "
                      "write it with a dot and a signed exponent, e.g. 1.0e+12)"], found
+
+
+def test_task_folders_from_elsewhere_need_the_opt_in(monkeypatch):
+    """A task YAML can import Python (`!function`): zeroshot.task_dirs is used only with MERIT_ALLOW_TASK_DIRS=1."""
+    config = tiny_config()
+    config["zeroshot"] = {**config.get("zeroshot", {}), "task_dirs": ["tasks/"]}
+    configfiles.check_schema(config, SCHEMA)
+    monkeypatch.delenv(configfiles.ALLOW_TASK_DIRS, raising=False)
+    with pytest.raises(ValueError, match=r"zeroshot.task_dirs=\['tasks/'\]: task YAMLs can run Python .* only with "
+                                         r"MERIT_ALLOW_TASK_DIRS=1"):
+        validate(config)
+    monkeypatch.setenv(configfiles.ALLOW_TASK_DIRS, "1")
+    validate(config)

@@ -118,16 +118,29 @@ def test_unexportable_models_are_refused(run_dir, tmp_path, capsys, change, reas
     assert not out.parent.exists()
 
 
-def test_existing_out_needs_force(run_dir, exported, tmp_path, capsys):
+def test_existing_out_needs_force_and_force_replaces_only_an_earlier_export(run_dir, exported, tmp_path, capsys):
     out = tmp_path / "model"
     out.mkdir()
     (out / "old.txt").write_text("mine")
     assert main(["--run", str(run_dir), "--out", str(out)]) == 2
     assert "--force" in capsys.readouterr().err and (out / "old.txt").read_text() == "mine"
-    assert main(["--run", str(run_dir), "--out", str(out), "--force"]) == 0
+    assert main(["--run", str(run_dir), "--out", str(out), "--force"]) == 2   # not an earlier export: kept
+    assert "is not an earlier export" in capsys.readouterr().err and (out / "old.txt").read_text() == "mine"
+    (out / "old.txt").unlink()
+    assert main(["--run", str(run_dir), "--out", str(out)]) == 0   # empty: written
+    assert main(["--run", str(run_dir), "--out", str(out), "--force"]) == 0   # an earlier export: replaced
     assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in exported.iterdir())
     assert siblings(out) == ["model"]   # no temporary or moved-aside folder left beside it
-    assert main(["--run", str(run_dir), "--out", str(run_dir.parent), "--force"]) == 2   # never over the run
+    weights = (run_dir / "model.pt").read_bytes()
+    for bad in (run_dir.parent, run_dir / "model.pt", run_dir / "hf"):   # never over or inside the run
+        assert main(["--run", str(run_dir), "--out", str(bad), "--force"]) == 2
+    assert (run_dir / "model.pt").read_bytes() == weights and not (run_dir / "hf").exists()
+    (tmp_path / "thesis.tex").write_text("mine")
+    assert main(["--run", str(run_dir), "--out", str(tmp_path / "thesis.tex"), "--force"]) == 2
+    assert main(["--run", str(run_dir), "--out", str(tmp_path / "thesis.tex" / "hf")]) == 2
+    err = capsys.readouterr().err
+    assert "lies under" in err and "which is a file" in err and "Traceback" not in err
+    assert (tmp_path / "thesis.tex").read_text() == "mine"
 
 
 def test_lm_eval_hf_scores_as_merit_run(run_dir, exported):

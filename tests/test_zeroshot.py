@@ -172,3 +172,21 @@ def test_an_exported_paper_task_loads_offline_from_a_copied_folder(tmp_path, run
     (folder / "copa.yaml").write_text(text)
     results = evaluate([str(run)], ["copa"], [folder], device="cpu")[str(run)]
     assert results["merit_repro"]["n"] == {"copa": 6} and results["merit_repro"]["tasks"] == ["copa"]
+
+
+def test_a_planted_task_file_is_refused_before_it_runs_or_a_model_loads(tmp_path, run, task_dir):
+    """A second YAML with the same task name (lm-eval would keep one by file order, logging it) is an error before
+    any model loads, and its `!function` code never runs."""
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    marker = tmp_path / "ran"
+    (planted / "pwn.py").write_text(f"open({str(marker)!r}, 'w').write('x')\ndef process_docs(d):\n    return d\n")
+    (planted / "0_next_line.yaml").write_text("task: next_line\nprocess_docs: !function pwn.process_docs\n")
+    no_weights = tmp_path / "run"
+    no_weights.mkdir()
+    (no_weights / "summary.json").write_text((run / "summary.json").read_text())   # no model.pt: none may load
+    r = zeroshot_cli("eval", "--run", str(no_weights), "--tasks", "next_line", "--include", str(task_dir),
+                     "--include", str(planted))
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "zero-shot task 'next_line' is defined by 2 task files" in r.stderr and "0_next_line.yaml" in r.stderr
+    assert not marker.exists() and "model.pt" not in r.stderr

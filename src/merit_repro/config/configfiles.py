@@ -23,6 +23,9 @@ import yaml
 from merit_repro.utils import UserError, cli
 
 ALLOW_TEMPLATES = "MERIT_ALLOW_CONFIG_TEMPLATES"
+# lm-eval task YAMLs may say `!function module.name`, which imports Python from their folder: a task folder from
+# elsewhere (zeroshot.task_dirs) is code, used only when this is set to 1 (merit_repro.plan.validate).
+ALLOW_TASK_DIRS = "MERIT_ALLOW_TASK_DIRS"
 SCHEMA = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "config.schema.yaml"
 
 

@@ -56,12 +56,22 @@ def check_exportable(model_config):
 
 
 def check_out(out, run_dir, force):
-    if out.resolve() in (run_dir.resolve(), *run_dir.resolve().parents):
-        raise UserError(f"--out {out} is the run directory or holds it: choose a folder outside the run")
-    if (out.is_dir() and any(out.iterdir())) or (out.exists() and not out.is_dir()):
-        if not force:
-            raise UserError(f"{out} already exists and is not empty; pass --force to replace it, or choose another "
-                            "--out")
+    """--out must lie outside the run, under folders (not files), and be new or empty; --force replaces only an
+    earlier export (a folder holding its PROVENANCE file), never a run's files or an unrelated folder."""
+    where, run = out.resolve(), run_dir.resolve()
+    if where == run or run in where.parents or where in run.parents:
+        raise UserError(f"--out {out} is the run directory, lies inside it or holds it: choose a folder outside the run")
+    blocked = next((p for p in where.parents if p.exists() and not p.is_dir()), None)
+    if blocked:
+        raise UserError(f"--out {out} lies under {blocked}, which is a file, not a folder: choose another --out")
+    if not out.exists() and not out.is_symlink() or (out.is_dir() and not any(out.iterdir())):
+        return
+    if not force:
+        raise UserError(f"{out} already exists and is not empty; pass --force to replace an earlier export there, or "
+                        "choose another --out")
+    if out.is_symlink() or not out.is_dir() or not (out / PROVENANCE).is_file():
+        raise UserError(f"{out} is not an earlier export (no {PROVENANCE} in it), so --force does not replace it: "
+                        "choose another --out")
 
 
 def hf_config(run):

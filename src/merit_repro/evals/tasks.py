@@ -13,7 +13,10 @@ import json
 import random
 import shutil
 import tempfile
+from collections import defaultdict
 from pathlib import Path
+
+import yaml
 
 from merit_repro.data.tokenizers import get_tokenizer
 from merit_repro.data.tokens import open_tokens, verify
@@ -48,7 +51,40 @@ def resolved_task_dirs(include):
             text = yaml_file.read_text().replace(LM_EVAL_TASKS, tasks_root).replace(TASK_DIR, str(folder.resolve()))
             (copy / yaml_file.name).write_text(text)
         out.append(str(copy))
+    refuse_duplicate_names(include)
     return out
+
+
+class _TagsAsNone(yaml.SafeLoader):
+    """Reads a task YAML for its names only: lm-eval's tags (`!function ...`) are read as nothing, never run."""
+
+
+_TagsAsNone.add_multi_constructor("!", lambda loader, suffix, node: None)
+
+
+def task_names(yaml_file):
+    """The task names a task YAML defines (its `task:`, a name or a list of names)."""
+    try:
+        spec = yaml.load(Path(yaml_file).read_text(encoding="utf-8"), Loader=_TagsAsNone)
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise UserError(f"zero-shot task file {yaml_file} is not YAML ({err}); fix or remove it") from None
+    names = spec.get("task") if isinstance(spec, dict) else None
+    return [n for n in (names if isinstance(names, list) else [names]) if isinstance(n, str)]
+
+
+def refuse_duplicate_names(folders):
+    """A task name defined by two YAMLs (in one folder or across them) is an error before any model loads:
+    lm-eval keeps one by the order it reads them and only logs it, so a planted file could replace a task."""
+    files = defaultdict(list)
+    for folder in map(Path, folders):
+        for yaml_file in sorted(folder.glob("*.yaml")):
+            for name in task_names(yaml_file):
+                files[name].append(str(yaml_file))
+    twice = {name: found for name, found in files.items() if len(found) > 1}
+    if twice:
+        name, found = sorted(twice.items())[0]
+        raise UserError(f"zero-shot task {name!r} is defined by {len(found)} task files ({', '.join(found)}); lm-eval "
+                        "would use one of them silently: remove the others")
 
 
 def task_manager(names, include=()):

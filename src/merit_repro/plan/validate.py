@@ -8,9 +8,11 @@ starts, not while Snakemake parses the workflow.
 
 import json
 import math
+import os
 from dataclasses import fields
 from pathlib import Path
 
+from merit_repro.config.configfiles import ALLOW_TASK_DIRS
 from merit_repro.config.registry import ARTIFACTS, OPTIMIZER_NAMES
 from merit_repro.data.tokens import requested
 
@@ -158,8 +160,13 @@ def grid_problems(config, name, exp, reported):
 
 
 def zeroshot_problems(config):
-    """The zeroshot block against the data keys, and a zeroshot artifact without tasks."""
+    """The zeroshot block against the data keys, a zeroshot artifact without tasks, and task folders from
+    elsewhere without the opt-in (their YAMLs can import Python, see configfiles.ALLOW_TASK_DIRS)."""
     settings, problems = zeroshot_settings(config), []
+    if settings["task_dirs"] and os.environ.get(ALLOW_TASK_DIRS) != "1":
+        problems.append(f"zeroshot.task_dirs={settings['task_dirs']}: task YAMLs can run Python (lm-eval's "
+                        f"`!function`), so task folders are used only with {ALLOW_TASK_DIRS}=1; set it for folders "
+                        "you made (python -m merit_repro.evals.zeroshot export) or have read")
     for name, spec in settings["local_tasks"].items():
         if spec.get("data") not in config["data"]:
             problems.append(f"zeroshot.local_tasks.{name}.data={spec.get('data')!r} is not a key of data "

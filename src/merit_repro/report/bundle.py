@@ -17,6 +17,7 @@ import gzip
 import io
 import json
 import os
+import re
 import sys
 import tarfile
 import tempfile
@@ -25,6 +26,7 @@ from pathlib import Path, PurePosixPath
 
 import yaml
 
+from merit_repro.config import configfiles
 from merit_repro.plan import paths
 from merit_repro.plan.records import fingerprint
 from merit_repro.utils import UserError, cli, sha256_bytes
@@ -72,7 +74,7 @@ def create(out, results, decisions, corpora, config, commit, lock_file):
     results = Path(results)
     members = member_paths(results, decisions) + sorted({Path(d).relative_to(results) / "meta.json" for d in corpora})
     files = {str(PurePosixPath(*p.parts)): (results / p).read_bytes() for p in members}
-    files[CONFIG] = yaml.safe_dump(plain(config), sort_keys=True).encode()
+    files[CONFIG] = config_text(config)
     manifest = {
         "schema": SCHEMA_VERSION, "commit": commit, "config": plain(config),
         "lock_sha256": sha256_bytes(Path(lock_file).read_bytes()) if lock_file and Path(lock_file).is_file() else None,
@@ -110,48 +112,138 @@ def write_tar(out, files):
 # ---------------------------------------------------------------- reading and checking one
 
 
+# The members a bundle is made of (names as member_paths and create write them): run files of cells, tuning
+# rounds and decisions, zero-shot result JSONs, tables, corpora's meta.json, the config and the manifest. No
+# other name is read: a bundle carries data, never code (a task folder) or a location.
+_SEGMENT = r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}"
+MEMBER_PATTERNS = [re.compile(p) for p in (
+    rf"{paths.RUNS}/{_SEGMENT}/{_SEGMENT}/{_SEGMENT}/bs{_SEGMENT}/lr{_SEGMENT}/seed{_SEGMENT}/"
+    rf"({'|'.join(re.escape(n) for n in paths.RUN_FILES + paths.RUN_LOGS)})",
+    rf"{paths.TUNING}/{_SEGMENT}/{_SEGMENT}/{_SEGMENT}/bs{_SEGMENT}/(round[0-9]{{1,4}}|final)\.json",
+    rf"{paths.ZEROSHOT}/{_SEGMENT}/{_SEGMENT}/{_SEGMENT}/bs{_SEGMENT}\.json",
+    rf"{paths.TABLES}/{_SEGMENT}\.csv",
+    rf"{paths.DATA}/{_SEGMENT}/meta\.json",
+    re.escape(CONFIG), re.escape(MANIFEST))]
+MAX_MANIFEST_BYTES = 64 * 2 ** 20
+MAX_MEMBER_BYTES = 2 ** 30   # a paper-scale run's mal.csv is tens of MB; a member this large is not a run file
+
+
+def is_member(name):
+    """True for a name a bundle is made of (MEMBER_PATTERNS)."""
+    return any(p.fullmatch(name) for p in MEMBER_PATTERNS)
+
+
+def _manifest_problems(manifest):
+    """What makes a parsed MANIFEST.json unusable, as short phrases (empty: its shape is right)."""
+    if not isinstance(manifest, dict):
+        return [f"it is a {type(manifest).__name__}, not a JSON object"]
+    out = []
+    files = manifest.get("files")
+    if not isinstance(files, dict):
+        out.append("'files' is not an object of name: {sha256, size}")
+    else:
+        out += [f"files[{name!r}] is not {{sha256: 64 hex digits, size: a whole number}}" for name, entry in files.items()
+                if not (isinstance(entry, dict) and isinstance(entry.get("size"), int) and entry["size"] >= 0
+                        and isinstance(entry.get("sha256"), str) and re.fullmatch(r"[0-9a-f]{64}", entry["sha256"]))]
+    if not isinstance(manifest.get("config"), dict):
+        out.append("'config' is not a mapping")
+    if not isinstance(manifest.get("data", {}), dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in manifest.get("data", {}).items()):
+        out.append("'data' is not an object of folder: fingerprint")
+    if not isinstance(manifest.get("commit"), (str, type(None))):
+        out.append("'commit' is not a string")
+    return out
+
+
+def _read_manifest(path, tar, info):
+    if info is None:
+        raise UserError(f"{path} has no {MANIFEST}: it is not a results bundle of this project")
+    if info.size > MAX_MANIFEST_BYTES:
+        raise UserError(f"{path}: its {MANIFEST} is {info.size:,} bytes, more than a manifest can be "
+                        f"({MAX_MANIFEST_BYTES:,}); it is not a results bundle of this project")
+    try:
+        manifest = json.loads(tar.extractfile(info).read())
+    except ValueError as err:
+        raise UserError(f"{path}: its {MANIFEST} cannot be read ({err})") from None
+    schema = manifest.get("schema") if isinstance(manifest, dict) else None
+    if schema != SCHEMA_VERSION:
+        commit = manifest.get("commit") if isinstance(manifest, dict) else None
+        raise UserError(f"{path} has bundle schema {schema!r}, which this version does not know (it reads schema "
+                        f"{SCHEMA_VERSION}); inspect it with the project at its commit {commit}")
+    problems = _manifest_problems(manifest)
+    if problems:
+        raise UserError(f"{path}: its {MANIFEST} is malformed: " + "; ".join(problems[:5]))
+    return manifest
+
+
 def read(path):
-    """(manifest, {name: bytes}) of the bundle at path, every file checked against the manifest; a UserError
-    names every problem otherwise."""
+    """(manifest, {name: bytes}) of the bundle at path. Only members a bundle is made of are read (is_member),
+    each after its tar header's size matches the manifest's, then checked against its sha256; the config member
+    must be the manifest's config. A UserError names every problem otherwise, before anything is used."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"bundle {path} does not exist; make one with `snakemake --cores 1 bundle`")
     files, bad = {}, []
     try:
         with tarfile.open(path, mode="r:gz") as tar:
-            for info in tar:
+            members = tar.getmembers()   # headers only: nothing is read into memory yet
+            manifest = _read_manifest(path, tar, next((m for m in members if m.name == MANIFEST), None))
+            listed = manifest["files"]
+            seen = Counter(m.name for m in members)
+            for info in members:
                 name = PurePosixPath(info.name)
                 if (not info.isfile() or name.is_absolute() or not name.parts or str(name) != info.name
                         or {".", ".."} & set(name.parts)):
                     bad.append(f"member {info.name!r} is not a plain file inside the bundle")
+                elif seen[info.name] > 1:
+                    bad.append(f"member {info.name!r} appears {seen[info.name]} times")
+                elif not is_member(info.name):
+                    bad.append(f"member {info.name!r} is not a file a bundle is made of (run files, tuning "
+                               "decisions, zero-shot results, tables, corpora's meta.json)")
+                elif info.name == MANIFEST:
                     continue
-                files[info.name] = tar.extractfile(info).read()
+                elif info.name not in listed:
+                    bad.append(f"{info.name} is in the bundle but not in the manifest")
+                elif info.size > MAX_MEMBER_BYTES:
+                    bad.append(f"{info.name} is {info.size:,} bytes, more than any file a bundle is made of")
+                elif info.size != listed[info.name]["size"]:
+                    bad.append(f"{info.name} is {info.size:,} bytes, its manifest says {listed[info.name]['size']:,}")
+                else:
+                    files[info.name] = tar.extractfile(info).read()
     except (tarfile.TarError, OSError, EOFError) as err:
         raise UserError(f"{path} is not a results bundle (a gzipped tar): {err}") from None
-    if MANIFEST not in files:
-        raise UserError(f"{path} has no {MANIFEST}: it is not a results bundle of this project")
-    try:
-        manifest = json.loads(files.pop(MANIFEST))
-        schema = manifest.get("schema")
-    except (ValueError, AttributeError) as err:
-        raise UserError(f"{path}: its {MANIFEST} cannot be read ({err})") from None
-    if schema != SCHEMA_VERSION:
-        raise UserError(f"{path} has bundle schema {schema!r}, which this version does not know (it reads schema "
-                        f"{SCHEMA_VERSION}); inspect it with the project at its commit {manifest.get('commit')}")
-    listed = manifest.get("files") or {}
-    for name in sorted(set(listed) - set(files)):
+    for name in sorted(set(listed) - set(seen)):
         bad.append(f"{name} is in the manifest but not in the bundle")
-    for name in sorted(set(files) - set(listed)):
-        bad.append(f"{name} is in the bundle but not in the manifest")
     for name in sorted(set(files) & set(listed)):
         got, want = files[name], listed[name]
-        if len(got) != want.get("size") or sha256_bytes(got) != want.get("sha256"):
-            bad.append(f"{name} does not match its manifest entry ({len(got)} bytes, sha256 {sha256_bytes(got)[:12]}; "
-                       f"manifest: {want.get('size')} bytes, sha256 {str(want.get('sha256'))[:12]})")
+        if sha256_bytes(got) != want["sha256"]:
+            bad.append(f"{name} does not match its manifest entry (sha256 {sha256_bytes(got)[:12]}; manifest: "
+                       f"{want['sha256'][:12]})")
+    if CONFIG in files and files[CONFIG] != config_text(manifest["config"]):
+        bad.append(f"{CONFIG} is not the manifest's config")
     if bad:
         more = f" (the first 20 of {len(bad)})" if len(bad) > 20 else ""
         raise UserError(f"{path} does not verify, so nothing is taken from it{more}: " + "; ".join(bad[:20]))
     return manifest, files
+
+
+def config_text(config):
+    """The config as a bundle stores it (config.yaml): plain YAML through the safe dumper."""
+    return yaml.safe_dump(plain(config), sort_keys=True).encode()
+
+
+def rebuild_config(manifest):
+    """The config a rebuild uses, as `inspect --config` prints it: the manifest's, through the safe dumper, without
+    the keys that say where to write (NOT_IDENTITY), and refused if it is not plain data by the checks a config
+    file gets (configfiles.problems: a template switch, a tag), since Snakemake would act on them when loading it."""
+    text = config_text({k: v for k, v in manifest["config"].items() if k not in NOT_IDENTITY}).decode()
+    with tempfile.TemporaryDirectory() as tmp:
+        probe = Path(tmp) / "config.yaml"
+        probe.write_text(text, encoding="utf-8")
+        problems = [str(p).replace(str(probe), "the bundle's config") for p in configfiles.problems(probe)]
+    if problems:
+        raise UserError("the bundle's config is not plain data, so it is not printed: " + "; ".join(problems[:5]))
+    return text
 
 
 def config_differences(theirs, ours, prefix=""):
@@ -248,11 +340,21 @@ def merge(path, results):
 # ---------------------------------------------------------------- what one holds
 
 
+def _json_object(name, data):
+    try:
+        found = json.loads(data)
+    except ValueError as err:
+        raise UserError(f"the bundle's {name} is not JSON ({err}); the run that wrote it is damaged") from None
+    if not isinstance(found, dict):
+        raise UserError(f"the bundle's {name} is a {type(found).__name__}, not a run summary")
+    return found
+
+
 def describe(manifest, files):
     """Lines saying what a verified bundle holds."""
-    runs = {name.rsplit("/", 1)[0]: json.loads(data) for name, data in files.items()
+    runs = {name.rsplit("/", 1)[0]: _json_object(name, data) for name, data in files.items()
             if name.startswith("runs/") and name.endswith("/summary.json")}
-    cells = [summary.get("config", {}) for summary in runs.values()]
+    cells = [c if isinstance(c := summary.get("config"), dict) else {} for summary in runs.values()]
     size = sum(len(d) for d in files.values())
 
     def values(key):
@@ -292,8 +394,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.command == "inspect":
         manifest, files = read(args.path)
-        print(files[CONFIG].decode() if args.config else "\n".join(describe(manifest, files)), end="" if
-              args.config else "\n")
+        print(rebuild_config(manifest) if args.config else "\n".join(describe(manifest, files)),
+              end="" if args.config else "\n")
     elif args.command == "unpack":
         written, kept = unpack(args.path, args.into)
         print(f"unpacked {args.path} into {args.into}: {written} files written, {kept} already there")
