@@ -270,3 +270,26 @@ def test_inspect_config_prints_the_manifests_config_as_data_without_locations(tm
     forge(path, template)
     assert bundle.main(["inspect", str(path), "--config"]) == 2
     assert "__use_yte__" in capsys.readouterr().err
+
+
+def test_the_audit_names_rows_a_rebuild_computes_otherwise(tmp_path):
+    path, _ = make_bundle(tmp_path)
+    into = tmp_path / "rebuild"
+    bundle.unpack(path, into)
+    (into / "tables").mkdir()
+    (into / "tables/runs.csv").write_bytes((into / "origin/tables/runs.csv").read_bytes())
+    with pytest.raises(UserError, match="the bundle has no tables/cells.csv to compare with"):
+        bundle.audit(into)
+    for name in ("cells.csv", "best_lr.csv"):   # the test tree's bundle has runs.csv only: give it the others
+        (into / "origin/tables" / name).write_text("a\n1\n")
+        (into / "tables" / name).write_text("a\n1\n")
+    assert bundle.audit(into)[0] == "tables/runs.csv: 1 rows, identical to the bundle's"
+    (into / "tables/runs.csv").write_text("model,lr\nT,9e-3\n")
+    with pytest.raises(UserError, match=r"tables/runs.csv differs from the bundle's in 1 row\(s\) \(row 1: rebuilt "
+                                        r"'T,9e-3', bundle's 'T,1e-3'\)"):
+        bundle.audit(into)
+
+
+def test_a_config_file_name_with_braces_names_its_bundle_plainly():
+    assert bundle.default_name("config/my{x}.yaml") == "my_x_"
+    assert bundle.default_name("_x.yaml") == "config_x" and bundle.default_name(None) == "results"

@@ -183,3 +183,23 @@ def test_help_names_the_tokenizers(capsys):
         main(["--help"])
     text = capsys.readouterr().out
     assert "TOKENIZER.md" in text and "tokenizer=" in text and "bytes" in text
+
+
+def test_weights_that_are_not_the_runs_own_are_named(run_dir, tmp_path, capsys):
+    """summary.json records model.pt's size and sha256: a truncated copy or another run's weights are refused."""
+    import shutil
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["weights"]["size"] == (run_dir / "model.pt").stat().st_size
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    weights = (copy / "model.pt").read_bytes()
+    (copy / "model.pt").write_bytes(weights[: len(weights) // 2])
+    assert main(["--run", str(copy), "--out", str(tmp_path / "hf")]) == 2
+    err = capsys.readouterr().err
+    assert "model.pt is not the weights this run saved" in err and "Traceback" not in err
+    state = torch.load(run_dir / "model.pt", weights_only=True)
+    torch.save({k: v + 1 if v.is_floating_point() else v for k, v in state.items()}, copy / "model.pt")
+    assert main(["--run", str(copy), "--out", str(tmp_path / "hf")]) == 2
+    assert "model.pt is not the weights this run saved" in capsys.readouterr().err
+    assert not (tmp_path / "hf").exists()

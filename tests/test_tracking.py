@@ -104,6 +104,12 @@ def test_the_environment_variable_unset_or_none_tracks_nothing_and_bad_values_ar
     monkeypatch.setenv(tracking.ENV, "mlflow")
     with pytest.raises(UserError, match="tracking backend 'mlflow' is unknown; known backends: none, tensorboard"):
         tracking.from_environment("run", {})
+    monkeypatch.setenv(tracking.ENV, '{"backend": []}')
+    with pytest.raises(UserError, match=r"tracking backend \[\] is unknown"):
+        tracking.from_environment("run", {})
+    monkeypatch.setenv(tracking.ENV, '{"backend": "none", "project": 3}')
+    with pytest.raises(UserError, match=f"{tracking.ENV}=.* is not .*backend.*project"):
+        tracking.from_environment("run", {})
 
 
 @pytest.mark.slow

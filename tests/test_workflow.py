@@ -135,6 +135,19 @@ def test_garbage_in_a_summary_is_named_on_the_console(finished, tmp_path):
     assert f"error: {summary.relative_to(workdir)} cannot be read as a run summary" in r.stderr, r.stderr[-3000:]
 
 
+@pytest.mark.parametrize("name", ["final.json", "round0.json"])
+def test_a_damaged_tuning_decision_is_named_on_the_console(finished, tmp_path, name):
+    workdir = tmp_path / "wf"
+    shutil.copytree(finished, workdir, symlinks=True)
+    decision = workdir / "results/tuning/sweep/T/merit/bs8" / name
+    decision.write_text('{"cells": [], garbage')
+    r = snakemake(workdir)
+    out = r.stdout + r.stderr
+    assert r.returncode != 0 and f"{decision.relative_to(workdir)} cannot be read as a tuning decision" in out, \
+        out[-3000:]
+    assert "Traceback" not in out
+
+
 def test_changing_a_figure_setting_reruns_only_artifact_rules(finished, tmp_path):
     config = yaml.safe_load(TINY.read_text())
     config["report"]["dpi"] = 80
@@ -174,6 +187,32 @@ def test_a_bundle_rebuilds_the_report_without_training(finished, tmp_path):
     for artifact, name in [("val_loss_vs_batch", "sweep"), ("mal_tables", "sweep")]:
         table = f"paper_figures/{artifact}/{name}.csv"
         assert (fresh / table).read_bytes() == (origin / table).read_bytes(), table
+
+
+def test_a_forged_run_in_a_bundle_fails_the_rebuilds_audit(finished, tmp_path):
+    """A sender who edits a run's summary.json and recomputes the manifest passes every hash; the rebuild's tables
+    then differ from the bundle's own, and the audit stops it before any artifact, naming the rows."""
+    import hashlib
+
+    from merit_repro.report import bundle
+
+    origin = tmp_path / "origin"
+    shutil.copytree(finished, origin, symlinks=True)
+    assert snakemake(origin, "bundle").returncode == 0
+    manifest, files = bundle.read(origin / "results" / "bundle" / "workflow_config.tar.gz")
+    name = "runs/T/4096/merit/bs8/lr5e-3/seed0/summary.json"
+    summary = json.loads(files[name])
+    summary["final_val_loss"] = 1.234
+    files[name] = json.dumps(summary).encode()
+    manifest["files"] = {n: {"sha256": hashlib.sha256(d).hexdigest(), "size": len(d)} for n, d in files.items()}
+    files[bundle.MANIFEST] = json.dumps(manifest).encode()
+    forged = tmp_path / "forged.tar.gz"
+    bundle.write_tar(forged, files)
+    fresh = copy_workflow(tmp_path / "fresh")
+    r = snakemake(fresh, "--config", f"bundle={forged}")
+    out = r.stdout + r.stderr
+    assert r.returncode != 0 and "tables/runs.csv differs from the bundle's in 1 row(s)" in out, out[-3000:]
+    assert "1.234" in out and not (fresh / "paper_figures" / "claims.csv").exists()
 
 
 def test_a_tampered_or_foreign_bundle_is_refused_before_any_job(finished, tmp_path):

@@ -30,6 +30,25 @@ if BUNDLE:
 
     localrules:
         unpack_bundle,
+        audit_bundle,
+
+    # The report must follow from the bundle's runs: the rebuilt tables are compared with the bundle's own before
+    # any artifact is made from them, and a difference stops the rebuild naming its rows.
+    rule audit_bundle:
+        input:
+            tables=[paths.table(RESULTS, name) for name in paths.TABLE_FILES],
+        output:
+            f"{RESULTS}/{bundle.ORIGIN}/audit.txt",
+        log:
+            paths.log(RESULTS, "bundle", "audit"),
+        conda:
+            ENV
+        params:
+            python=PYTHON,
+            results=lambda wc, input: str(paths.results_of_table(input.tables[0])),
+        shell:
+            "{params.python:q} -m merit_repro.report.bundle audit --results {params.results:q} > {output:q} "
+            "2> {log:q} || (cat {log:q} >&2; exit 1)"
 
     rule unpack_bundle:
         input:

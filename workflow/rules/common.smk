@@ -20,7 +20,7 @@ from snakemake.utils import validate
 
 from merit_repro.config import configfiles
 from merit_repro.config.registry import ARTIFACTS, OPTIMIZER_NAMES
-from merit_repro.plan import grid, paths, runtime
+from merit_repro.plan import grid, paths, runtime, tuning
 from merit_repro.plan.cell import split_settings
 from merit_repro.plan.validate import corpus_problems, optimizer_settings, validate as check_config
 from merit_repro.report import bundle
@@ -92,7 +92,9 @@ GROUP_PATH = paths.group_path("{experiment}", "{model}", "{optimizer}", "{batch}
 RUN_DIR = paths.run_dir(RESULTS, "{model}", "{tokens}", "{optimizer}", "{batch}", "{lr}", "{seed}")
 GROUPS = grid.all_groups(config)
 TUNING_OWNERS = grid.tuning_owners(config)
-BUNDLE_NAME = config.get("bundle_name") or (Path(workflow.configfiles[-1]).stem if workflow.configfiles else "results")
+BUNDLE_NAME = config.get("bundle_name") or bundle.default_name(
+    workflow.configfiles[-1] if workflow.configfiles else None
+)
 ZEROSHOT = grid.zeroshot_settings(config)
 ZEROSHOT_TASKS = paths.zeroshot_tasks(RESULTS)
 ZEROSHOT_OFFLINE = "HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 " if ZEROSHOT["offline"] else ""
@@ -189,7 +191,15 @@ def previous_decision(wildcards, round_):
     if round_ == 0:
         return None
     path = checkpoints.tune_lr.get(**group_of(wildcards).wildcards(), round=round_ - 1).output[0]
-    return json.loads(Path(path).read_text())
+    return decision_at(path)
+
+
+def decision_at(path):
+    """A tuning round's decision; a damaged file stops the workflow naming it (not a traceback in the DAG)."""
+    try:
+        return tuning.read_decision(path)
+    except UserError as err:
+        raise WorkflowError(str(err)) from None
 
 
 def cells_before(group, decision):
@@ -219,7 +229,7 @@ def final_round(wildcards):
     group = rounds_group(wildcards)
     for round_ in range(MAX_TUNING_ROUNDS):
         path = checkpoints.tune_lr.get(**group.wildcards(), round=round_).output[0]
-        decision = json.loads(Path(path).read_text())
+        decision = decision_at(path)
         if decision["done"]:
             return path, decision
     raise WorkflowError(f"tuning of {group} did not end within {MAX_TUNING_ROUNDS} rounds")
@@ -267,7 +277,10 @@ def zeroshot_outputs(experiment=None):
 
 
 def artifact_extra(wildcards):
-    return zeroshot_outputs(wildcards.experiment) if ARTIFACTS[wildcards.artifact].needs_zeroshot else []
+    """Besides the tables: the zero-shot scores an artifact reads, and in a rebuild from a bundle its audit (the
+    rebuilt tables equal the bundle's own)."""
+    scores = zeroshot_outputs(wildcards.experiment) if ARTIFACTS[wildcards.artifact].needs_zeroshot else []
+    return scores + ([f"{RESULTS}/{bundle.ORIGIN}/audit.txt"] if BUNDLE else [])
 
 
 def tuned_groups():

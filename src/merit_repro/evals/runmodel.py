@@ -5,6 +5,7 @@ directory through ``load_run``. The weights are ``model.pt``, which the trainer 
 ``save_model`` is set (the workflow sets it for the cells that a ``zeroshot`` artifact reads).
 """
 
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import torch
 
 from merit_repro.data.tokenizers import get_tokenizer
 from merit_repro.models import build_model, config_from_dict
-from merit_repro.plan.records import read_summary
+from merit_repro.plan.records import check_weights, read_summary
 from merit_repro.utils import UserError, read_json
 
 
@@ -46,9 +47,14 @@ def load_run(run_dir, device="cpu"):
         raise UserError(f"{weights} not found: the cell was trained without save_model. The workflow keeps the "
                         "weights of the claim-seed cells that a zeroshot artifact reads; for another cell retrain "
                         "it with `python -m merit_repro.train --config CELL.json --out DIR --set save_model=true`")
+    check_weights(run_dir, summary)
     model = build_model(config_from_dict(summary["model_config"]))
-    state = torch.load(weights, map_location="cpu", weights_only=True, mmap=True)
-    model.load_state_dict(state)   # copies into the float32 parameters, casting bf16 weights
+    try:
+        state = torch.load(weights, map_location="cpu", weights_only=True, mmap=True)
+        model.load_state_dict(state)   # copies into the float32 parameters, casting bf16 weights
+    except (RuntimeError, EOFError, OSError, pickle.UnpicklingError) as err:
+        raise UserError(f"{weights} cannot be loaded as this run's weights ({str(err).splitlines()[0][:160]}); "
+                        "retrain the cell with save_model") from None
     model.to(device).eval()
     tokenizer = tokenizer_of(summary)
     if tokenizer.vocab_size > model.config.vocab_size:

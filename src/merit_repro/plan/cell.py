@@ -134,6 +134,10 @@ class CellConfig:
         if shape.get("n_head", 0) >= 1 and shape.get("n_embd", 0) >= 1:
             check(shape["n_embd"] % shape["n_head"] == 0, "n_embd",
                   f"{shape['n_embd']} is not divisible by n_head={shape['n_head']}")
+            head = shape["n_embd"] // shape["n_head"]
+            if shape["n_embd"] % shape["n_head"] == 0 and shape.get("family") == "llama":   # rotary: pairs of dims
+                check(head % 2 == 0, "n_embd", f"{shape['n_embd']} gives heads of {head} dimensions with "
+                      f"n_head={shape['n_head']}; rotary embeddings (the Llama family) need an even head size")
         check(self.lr > 0, "lr", f"{self.lr} must be > 0")
         check(len(self.betas) == 2 and all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1
                                            for b in self.betas), "betas",

@@ -11,7 +11,7 @@ check them.
 import json
 from pathlib import Path
 
-from merit_repro.utils import UserError, sha256_bytes
+from merit_repro.utils import UserError, sha256_bytes, sha256_file
 
 from .paths import SUMMARY, VOUCHED
 
@@ -28,6 +28,29 @@ def file_record(path):
 
 def vouch(run_dir, names=VOUCHED):
     return {name: file_record(Path(run_dir) / name) for name in names}
+
+
+WEIGHTS = "model.pt"
+
+
+def weights_record(run_dir):
+    """{size, sha256} of a run's final weights, which summary.json records beside its result files."""
+    path = Path(run_dir) / WEIGHTS
+    return {"size": path.stat().st_size, "sha256": sha256_file(path)}
+
+
+def check_weights(run_dir, summary):
+    """A UserError naming model.pt when it is not the file the run's summary.json records (another cell's weights
+    copied in, a truncated copy); runs from before the record are let through."""
+    want = summary.get("weights")
+    if not isinstance(want, dict):
+        return
+    path = Path(run_dir) / WEIGHTS
+    size = path.stat().st_size
+    if size != want.get("size") or sha256_file(path) != want.get("sha256"):
+        raise UserError(f"{path} is not the weights this run saved ({size:,} bytes; summary.json records "
+                        f"{want.get('size')} bytes, sha256 {str(want.get('sha256'))[:12]}): another run's or a damaged "
+                        "copy; retrain the cell or copy its own model.pt back")
 
 
 def file_problems(run_dir, summary):

@@ -34,7 +34,7 @@ import sys
 from pathlib import Path
 
 from merit_repro.plan.records import read_summary
-from merit_repro.utils import cli
+from merit_repro.utils import UserError, cli
 
 ORIGIN_CONFIGURED = "configured"
 
@@ -157,6 +157,18 @@ def read_results(run_dirs):
     return results
 
 
+def read_decision(path):
+    """A tuning round's or final decision as a dict, or a UserError naming the file and the fix."""
+    try:
+        decision = json.loads(Path(path).read_text())
+        if not isinstance(decision, dict) or not {"cells", "done"} <= set(decision):
+            raise ValueError("it is not a tuning decision of merit_repro.plan.tuning")
+    except (ValueError, UnicodeDecodeError, FileNotFoundError) as err:
+        raise UserError(f"{path} cannot be read as a tuning decision ({str(err).splitlines()[0][:120]}); delete it "
+                        "and run the workflow again to decide the group again") from None
+    return decision
+
+
 def adopt(decision, group):
     """A group's final decision from the last round of the group whose rounds it shares (maybe itself)."""
     if not decision.get("done"):
@@ -182,7 +194,7 @@ def write_round(spec, out):
 
 def write_final(last_round, group, out):
     """A group's final decision -> out, from the last round of the rounds that tune it."""
-    write_json(out, adopt(json.loads(Path(last_round).read_text()), group))
+    write_json(out, adopt(read_decision(last_round), group))
     return f"{group}: the decision of {last_round}"
 
 

@@ -4,6 +4,7 @@ report can be rebuilt and audited anywhere without training anything.
     python -m merit_repro.report.bundle inspect PATH [--config]     # what it holds, whether it verifies
     python -m merit_repro.report.bundle unpack PATH --into DIR      # its files under DIR (the workflow's rebuild)
     python -m merit_repro.report.bundle merge PATH --results DIR    # its runs into a local results tree, to train beside
+    python -m merit_repro.report.bundle audit --results DIR         # a rebuild's tables against the bundle's own
 
 A bundle is a gzipped tar whose members are paths under the results folder (``runs/<cell>/`` small files,
 ``tuning/<group>/`` decisions, ``data/<corpus>/meta.json``, ``tables/*.csv``), the effective config
@@ -37,6 +38,13 @@ CONFIG = "config.yaml"
 # Where and how the workflow runs, not what it computes: a rebuild may set these differently.
 NOT_IDENTITY = ("results", "figures", "bundle", "bundle_name", "tracking", "max_job_minutes")
 ORIGIN = "origin"   # the bundle's own tables, manifest and config, under the rebuild's results folder
+
+
+def default_name(configfile):
+    """The bundle's file name when bundle_name is not set: the config file's stem, with any character a bundle name
+    may not hold (the schema's letters, digits, _ . -; braces would be wildcards) replaced by _."""
+    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", Path(configfile).stem)[:64] if configfile else "results"
+    return stem if re.match(r"[A-Za-z0-9]", stem) else f"config{stem}"[:64]
 
 
 def plain(obj):
@@ -337,6 +345,30 @@ def merge(path, results):
     return unpack(path, results, corpora=False)
 
 
+def audit(results):
+    """Lines saying the rebuilt tables under results equal the bundle's own (origin/tables); a UserError naming the
+    first rows that differ otherwise: the report must follow from the bundle's runs as its sender's did."""
+    results, problems, lines = Path(results), [], []
+    for name in paths.TABLE_FILES:
+        ours, theirs = results / paths.TABLES / name, results / ORIGIN / paths.TABLES / name
+        if not theirs.is_file():
+            problems.append(f"the bundle has no tables/{name} to compare with")
+            continue
+        a, b = ours.read_text().splitlines(), theirs.read_text().splitlines()
+        rows = [i for i in range(max(len(a), len(b))) if i >= len(a) or i >= len(b) or a[i] != b[i]]
+        if rows:
+            shown = "; ".join(f"row {i}: rebuilt {a[i] if i < len(a) else '(none)'!r}, bundle's "
+                              f"{b[i] if i < len(b) else '(none)'!r}" for i in rows[:3])
+            problems.append(f"tables/{name} differs from the bundle's in {len(rows)} row(s) ({shown})")
+        else:
+            lines.append(f"tables/{name}: {len(a) - 1} rows, identical to the bundle's")
+    if problems:
+        raise UserError("the report rebuilt from the bundle's runs is not the bundle's own: " + "; ".join(problems)
+                        + ". The runs or the sender's tables were changed, or this checkout computes otherwise "
+                        "(compare its commit and lock hash with `inspect`)")
+    return lines
+
+
 # ---------------------------------------------------------------- what one holds
 
 
@@ -391,7 +423,12 @@ def main(argv=None):
     join = sub.add_parser("merge", help="add a bundle's runs to a local results tree, to train the rest beside them")
     join.add_argument("path")
     join.add_argument("--results", default="results")
+    check = sub.add_parser("audit", help="compare a rebuild's tables with the bundle's own (the workflow does)")
+    check.add_argument("--results", required=True, help="the rebuild's results folder (results/from_bundle/...)")
     args = parser.parse_args(argv)
+    if args.command == "audit":
+        print("\n".join(audit(args.results)))
+        return 0
     if args.command == "inspect":
         manifest, files = read(args.path)
         print(rebuild_config(manifest) if args.config else "\n".join(describe(manifest, files)),

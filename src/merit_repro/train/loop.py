@@ -431,6 +431,8 @@ class Run:
                 log.finish()
             atomic_write_json(self.out / "eval.json", result)
             summary["files"] = records.vouch(self.out)   # the collect step checks these rows and checksums
+            if cfg.save_model:
+                summary["weights"] = records.weights_record(self.out)   # scoring and export check it
             atomic_write_json(self.out / "summary.json", summary)
             if not cfg.keep_checkpoint:
                 self.ckpt_path.unlink(missing_ok=True)

@@ -108,7 +108,7 @@ BACKENDS = {"tensorboard": TensorBoard, "wandb": WandB, "trackio": Trackio}
 
 def check_available(backend):
     """Raise UserError when the backend is unknown or its package is not installed (nothing is imported)."""
-    if backend not in PACKAGES:
+    if not isinstance(backend, str) or backend not in PACKAGES:
         raise UserError(f"tracking backend {backend!r} is unknown; known backends: {', '.join(PACKAGES)}")
     package = PACKAGES[backend]
     if package and importlib.util.find_spec(package) is None:
@@ -128,6 +128,9 @@ def from_environment(run_dir, config):
         settings = json.loads(text) if text.startswith("{") else {"backend": text or "none"}
     except json.JSONDecodeError as err:
         raise UserError(f"{ENV}={text!r} is not JSON ({err.msg}); e.g. '{{\"backend\": \"tensorboard\"}}'") from None
+    if not isinstance(settings, dict) or not isinstance(settings.get("project", ""), str):
+        raise UserError(f"{ENV}={text!r} is not {{\"backend\": NAME, \"project\": NAME}}; e.g. "
+                        "'{\"backend\": \"tensorboard\"}'")
     backend = settings.get("backend", "none")
     check_available(backend)
     if backend == "none":
