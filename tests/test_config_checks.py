@@ -76,7 +76,8 @@ def test_the_schema_names_each_bad_key_in_one_line(edit, message):
     ({"tokens": float("inf")}, "tokens=inf must be a finite number"),
     ({"seed": -1}, "seed=-1 must be in [0, 2**63)"), ({"seed": 10**23}, "seed=100000000000000000000000 must be in"),
     ({"batch_size": 10**12}, "batch_size=1000000000000 is more sequences"),
-    ({"model": "demo-llama", "n_embd": 66, "n_head": 2}, "n_embd=66 gives heads of 33 dimensions with n_head=2; rotary"),
+    ({"model": "demo-llama", "n_embd": 66, "n_head": 2},
+     "n_embd=66 gives heads of 33 dimensions with n_head=2; rotary"),
 ])
 def test_a_cell_names_each_bad_shape_and_number(overrides, message):
     problems = CellConfig.from_dict({**TINY, **overrides}).problems()

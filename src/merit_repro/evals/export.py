@@ -60,7 +60,8 @@ def check_out(out, run_dir, force):
     earlier export (a folder holding its PROVENANCE file), never a run's files or an unrelated folder."""
     where, run = out.resolve(), run_dir.resolve()
     if where == run or run in where.parents or where in run.parents:
-        raise UserError(f"--out {out} is the run directory, lies inside it or holds it: choose a folder outside the run")
+        raise UserError(f"--out {out} is the run directory, lies inside it or holds it: choose a folder outside "
+                        "the run")
     blocked = next((p for p in where.parents if p.exists() and not p.is_dir()), None)
     if blocked:
         raise UserError(f"--out {out} lies under {blocked}, which is a file, not a folder: choose another --out")

@@ -141,6 +141,11 @@ def is_member(name):
     return any(p.fullmatch(name) for p in MEMBER_PATTERNS)
 
 
+def _file_entry(entry):
+    return (isinstance(entry, dict) and isinstance(entry.get("size"), int) and entry["size"] >= 0
+            and isinstance(entry.get("sha256"), str) and re.fullmatch(r"[0-9a-f]{64}", entry["sha256"]) is not None)
+
+
 def _manifest_problems(manifest):
     """What makes a parsed MANIFEST.json unusable, as short phrases (empty: its shape is right)."""
     if not isinstance(manifest, dict):
@@ -150,9 +155,8 @@ def _manifest_problems(manifest):
     if not isinstance(files, dict):
         out.append("'files' is not an object of name: {sha256, size}")
     else:
-        out += [f"files[{name!r}] is not {{sha256: 64 hex digits, size: a whole number}}" for name, entry in files.items()
-                if not (isinstance(entry, dict) and isinstance(entry.get("size"), int) and entry["size"] >= 0
-                        and isinstance(entry.get("sha256"), str) and re.fullmatch(r"[0-9a-f]{64}", entry["sha256"]))]
+        out += [f"files[{name!r}] is not {{sha256: 64 hex digits, size: a whole number}}"
+                for name, entry in files.items() if not _file_entry(entry)]
     if not isinstance(manifest.get("config"), dict):
         out.append("'config' is not a mapping")
     if not isinstance(manifest.get("data", {}), dict) or not all(
