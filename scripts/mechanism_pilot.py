@@ -127,6 +127,9 @@ def main():
     c, t = int(chosen.context), int(chosen.tokens)
     small_runs = measure(cells(config, args.experiment, model, c, t, small, args.seeds), args.jobs, threshold)
     small_score, small_lr, small_loss = score(small_runs)
+    if small_score is None:
+        sys.exit(f"error: AdamW diverged at every LR at batch {small} (context {c}, tokens {t}), so the pilot sets no "
+                 "threshold; give the experiment lower AdamW LRs and run the pilot again")
     out = Path(config["results"]) / "pilot" / args.experiment
     pd.concat([runs, small_runs]).to_csv(out / "pilot.csv", index=False)
     print(f"\n{args.experiment}: AdamW, {model}, batch {large} (large), pilot seeds {args.seeds}, "

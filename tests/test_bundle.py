@@ -225,6 +225,8 @@ def test_a_member_larger_than_its_manifest_says_is_refused_before_it_is_read(tmp
     (lambda m: m.update(data=["d"]), "'data' is not an object"),
     (lambda m: m.update(config="results: /"), "'config' is not a mapping"),
     (lambda m: m.update(files=[]), "'files' is not an object"),
+    (lambda m: m["files"]["tables/runs.csv"].update(size=2 ** 33), "its files add up to more than"),
+    (lambda m: m.update(data={"../../etc": "x"}), "'data' is not an object of data/<corpus>"),
 ])
 def test_a_malformed_manifest_is_one_error_line(tmp_path, capsys, edit, message):
     path, _ = make_bundle(tmp_path)
@@ -293,3 +295,22 @@ def test_the_audit_names_rows_a_rebuild_computes_otherwise(tmp_path):
 def test_a_config_file_name_with_braces_names_its_bundle_plainly():
     assert bundle.default_name("config/my{x}.yaml") == "my_x_"
     assert bundle.default_name("_x.yaml") == "config_x" and bundle.default_name(None) == "results"
+
+
+def test_a_long_header_is_refused_before_tarfile_reads_it(tmp_path):
+    """A GNU long name's body is read whole while tarfile lists the members: one of 2 MB is refused first."""
+    path = tmp_path / "long.tar.gz"
+    bundle.write_tar(path, {"a" * 2_000_000: b"x"})
+    with pytest.raises(UserError, match="is not a results bundle .*a header of 2,000,001 bytes"):
+        bundle.read(path)
+
+
+def test_a_bundles_template_is_never_printed_even_where_templates_are_allowed(tmp_path, monkeypatch, capsys):
+    def template(files, manifest):
+        manifest["config"] = {**manifest["config"], "__use_yte__": True}
+        files[bundle.CONFIG] = bundle.config_text(manifest["config"])
+    path, _ = make_bundle(tmp_path)
+    forge(path, template)
+    monkeypatch.setenv("MERIT_ALLOW_CONFIG_TEMPLATES", "1")
+    assert bundle.main(["inspect", str(path), "--config"]) == 2
+    assert "__use_yte__" in capsys.readouterr().err

@@ -199,6 +199,9 @@ def test_tuning_failures_and_missing_results_are_inconclusive_with_their_reason(
     spiked = of_values("adamw", {1: 12.0, 2: math.inf, 3: 30.0})
     assert spiked.diverged and "1 of 3 claim seeds" in spiked.inf_text
     assert verdict(seeds("merit", [2.0, 2.5, 3.0]), spiked).why == NON_FINITE
+    # a rise between two non-finite values (inf - inf: no value) is the divergence, not a crash or "missing"
+    rise = spiked - of_values("adamw", {1: math.inf, 2: 3.0, 3: 4.0})
+    assert verdict(seeds("merit", [0.1, 0.2, 0.3]), rise).why == NON_FINITE
 
 
 def test_inconclusive_says_too_few_seeds_or_within_margin():

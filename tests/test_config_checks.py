@@ -162,5 +162,6 @@ def test_task_folders_from_elsewhere_need_the_opt_in(monkeypatch):
     with pytest.raises(ValueError, match=r"zeroshot.task_dirs=\['tasks/'\]: task YAMLs can run Python .* only with "
                                          r"MERIT_ALLOW_TASK_DIRS=1"):
         validate(config)
+    validate({**config, "bundle": "b.tar.gz"})   # a rebuild from a bundle scores nothing: no opt-in needed
     monkeypatch.setenv(configfiles.ALLOW_TASK_DIRS, "1")
     validate(config)

@@ -163,7 +163,8 @@ def zeroshot_problems(config):
     """The zeroshot block against the data keys, a zeroshot artifact without tasks, and task folders from
     elsewhere without the opt-in (their YAMLs can import Python, see configfiles.ALLOW_TASK_DIRS)."""
     settings, problems = zeroshot_settings(config), []
-    if settings["task_dirs"] and os.environ.get(ALLOW_TASK_DIRS) != "1":
+    # (a rebuild from a bundle scores nothing, it reads the bundle's results, so it needs no opt-in)
+    if settings["task_dirs"] and not config.get("bundle") and os.environ.get(ALLOW_TASK_DIRS) != "1":
         problems.append(f"zeroshot.task_dirs={settings['task_dirs']}: task YAMLs can run Python (lm-eval's "
                         f"`!function`), so task folders are used only with {ALLOW_TASK_DIRS}=1; set it for folders "
                         "you made (python -m merit_repro.evals.zeroshot export) or have read")

@@ -134,6 +134,24 @@ MEMBER_PATTERNS = [re.compile(p) for p in (
     re.escape(CONFIG), re.escape(MANIFEST))]
 MAX_MANIFEST_BYTES = 64 * 2 ** 20
 MAX_MEMBER_BYTES = 2 ** 30   # a paper-scale run's mal.csv is tens of MB; a member this large is not a run file
+MAX_BUNDLE_BYTES = 2 ** 32   # all members together (a paper-scale bundle: under 1 GB before gzip), held in memory
+MAX_HEADER_BYTES = 2 ** 20   # a long name or PAX header: tarfile reads its whole body while listing the members
+
+
+class _CappedTarInfo(tarfile.TarInfo):
+    """TarInfo whose long-name and PAX headers are refused above MAX_HEADER_BYTES before tarfile reads them."""
+
+    def _proc_gnulong(self, tar):
+        self._refuse_large()
+        return super()._proc_gnulong(tar)
+
+    def _proc_pax(self, tar):
+        self._refuse_large()
+        return super()._proc_pax(tar)
+
+    def _refuse_large(self):
+        if self.size > MAX_HEADER_BYTES:
+            raise tarfile.TarError(f"a header of {self.size:,} bytes, more than any member name needs")
 
 
 def is_member(name):
@@ -157,11 +175,15 @@ def _manifest_problems(manifest):
     else:
         out += [f"files[{name!r}] is not {{sha256: 64 hex digits, size: a whole number}}"
                 for name, entry in files.items() if not _file_entry(entry)]
+        if sum(e["size"] for e in files.values() if _file_entry(e)) > MAX_BUNDLE_BYTES:
+            out.append(f"its files add up to more than {MAX_BUNDLE_BYTES:,} bytes, more than any results bundle")
     if not isinstance(manifest.get("config"), dict):
         out.append("'config' is not a mapping")
-    if not isinstance(manifest.get("data", {}), dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in manifest.get("data", {}).items()):
-        out.append("'data' is not an object of folder: fingerprint")
+    data = manifest.get("data", {})
+    if not isinstance(data, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and re.fullmatch(rf"{paths.DATA}/{_SEGMENT}", k)
+            and isinstance(files, dict) and f"{k}/meta.json" in files for k, v in data.items()):
+        out.append("'data' is not an object of data/<corpus>: fingerprint, each with its meta.json in the bundle")
     if not isinstance(manifest.get("commit"), (str, type(None))):
         out.append("'commit' is not a string")
     return out
@@ -197,8 +219,8 @@ def read(path):
         raise UserError(f"bundle {path} does not exist; make one with `snakemake --cores 1 bundle`")
     files, bad = {}, []
     try:
-        with tarfile.open(path, mode="r:gz") as tar:
-            members = tar.getmembers()   # headers only: nothing is read into memory yet
+        with tarfile.open(path, mode="r:gz", tarinfo=_CappedTarInfo) as tar:
+            members = tar.getmembers()   # headers only (long ones refused): no member's data is read yet
             manifest = _read_manifest(path, tar, next((m for m in members if m.name == MANIFEST), None))
             listed = manifest["files"]
             seen = Counter(m.name for m in members)
@@ -248,7 +270,11 @@ def rebuild_config(manifest):
     """The config a rebuild uses, as `inspect --config` prints it: the manifest's, through the safe dumper, without
     the keys that say where to write (NOT_IDENTITY), and refused if it is not plain data by the checks a config
     file gets (configfiles.problems: a template switch, a tag), since Snakemake would act on them when loading it."""
-    text = config_text({k: v for k, v in manifest["config"].items() if k not in NOT_IDENTITY}).decode()
+    config = {k: v for k, v in manifest["config"].items() if k not in NOT_IDENTITY}
+    if "__use_yte__" in config:   # never the user's own template, so MERIT_ALLOW_CONFIG_TEMPLATES does not apply
+        raise UserError("the bundle's config holds __use_yte__, which makes Snakemake run it as a template (code); "
+                        "it is not printed")
+    text = config_text(config).decode()
     with tempfile.TemporaryDirectory() as tmp:
         probe = Path(tmp) / "config.yaml"
         probe.write_text(text, encoding="utf-8")

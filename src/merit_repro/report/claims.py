@@ -278,8 +278,8 @@ def compare(a, b, stats, floor=None, pooled=None):
     interval); pooled: the experiment's Pooled seed noise for one-seed sides."""
     leaves = a.leaves() + b.leaves(-1.0)
     edges = {"falls": [e for k, e in leaves if e.at_edge and k > 0], "rises": [e for k, e in leaves if e.at_edge and k < 0]}
-    if a.missing or b.missing:
-        gone = next(e for _, e in leaves if e.missing)
+    gone = next((e for _, e in leaves if e.missing), None)
+    if gone is not None:   # (a difference of two infinite values is missing too: its diverged terms say why, below)
         return Comparison(a, b, failure=MISSING, detail=f"{gone.label} has no result", **edges)
     failed = [e for _, e in leaves if e.diverged]
     if failed:
