@@ -125,25 +125,26 @@ def test_a_run_file_cut_short_stops_the_report(finished, tmp_path):
     assert not (workdir / "results" / "tables" / "runs.csv").exists()
 
 
-def test_garbage_in_a_summary_is_named_on_the_console(finished, tmp_path):
+def run_with_damaged(finished, tmp_path, name, text):
+    """The finished workflow copied, one of its files (name, under the copy) overwritten with text, run again."""
     workdir = tmp_path / "wf"
     shutil.copytree(finished, workdir, symlinks=True)
-    summary = workdir / "results/runs/T/4096/merit/bs8/lr5e-3/seed0/summary.json"
-    summary.write_text('{"status": "ok", garbage')
-    r = snakemake(workdir)
+    (workdir / name).write_text(text)
+    return snakemake(workdir)
+
+
+def test_garbage_in_a_summary_is_named_on_the_console(finished, tmp_path):
+    summary = "results/runs/T/4096/merit/bs8/lr5e-3/seed0/summary.json"
+    r = run_with_damaged(finished, tmp_path, summary, '{"status": "ok", garbage')
     assert r.returncode != 0, r.stderr[-3000:]
-    assert f"error: {summary.relative_to(workdir)} cannot be read as a run summary" in r.stderr, r.stderr[-3000:]
+    assert f"error: {summary} cannot be read as a run summary" in r.stderr, r.stderr[-3000:]
 
 
 def test_a_damaged_tuning_decision_is_named_on_the_console(finished, tmp_path):
-    workdir = tmp_path / "wf"
-    shutil.copytree(finished, workdir, symlinks=True)
-    decision = workdir / "results/tuning/sweep/T/merit/bs8/final.json"
-    decision.write_text('{"cells": [], garbage')
-    r = snakemake(workdir)
+    decision = "results/tuning/sweep/T/merit/bs8/final.json"
+    r = run_with_damaged(finished, tmp_path, decision, '{"cells": [], garbage')
     out = r.stdout + r.stderr
-    assert r.returncode != 0 and f"{decision.relative_to(workdir)} cannot be read as a tuning decision" in out, \
-        out[-3000:]
+    assert r.returncode != 0 and f"{decision} cannot be read as a tuning decision" in out, out[-3000:]
     assert "Traceback" not in out
 
 
