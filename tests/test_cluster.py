@@ -6,6 +6,7 @@ it, unless MERIT_REQUIRE_SLURM=1 (as in CI), where a missing cluster fails them.
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import time
 import pandas as pd
 import pytest
 import yaml
+from test_train import slow_save_env
 from test_workflow import REPO, TINY, copy_workflow, dump_config
 
 from merit_repro.train.runfiles import TIMING_COLUMNS
@@ -142,11 +144,19 @@ def test_slurm_profile_gives_the_same_outputs_as_a_local_run(slurm, tmp_path):
 
 @pytest.mark.slurm
 @pytest.mark.slow
-def test_cancelled_job_is_retried_and_resumes_to_identical_results(slurm, tmp_path):
+def test_a_signalled_job_saves_a_slow_checkpoint_is_retried_and_resumes_to_identical_results(slurm, tmp_path):
+    """What a scheduler does to a preempted job, or before a time limit: SIGTERM to every process of its steps. The
+    trainer (which the rule `exec`s: no shell between it and the signal) checkpoints although rank 0's save takes
+    SAVE_SECONDS, exits 143, the job fails and Snakemake resubmits it, and the new job resumes from that step.
+    Before the rule `exec`ed its command, the shell died of the signal at once, the job ended and SLURM killed
+    the trainer mid-save. (A plain `scancel`, or a SIGKILL sent through it, leaves the state "CANCELLED by <uid>",
+    which snakemake-executor-plugin-slurm 2.8.0 does not count as failed: see README, Cluster. SIGKILL mid-step is
+    covered by test_train.)"""
+    save_seconds = 8
     config = yaml.safe_load(TINY.read_text())
     config["models"]["T"]["gpus"] = 1  # asks SLURM for a (fake) GPU: --gpus=1 ...
-    config["cell_defaults"].update(checkpoint_every=4, device="cpu")   # ... and trains on the CPU, on purpose
-    config["experiments"] = {"one": {"models": ["T"], "tokens": 32 * 8 * 80, "optimizers": ["merit"],
+    config["cell_defaults"].update(checkpoint_every=10**6, device="cpu")   # ... trains on the CPU, on purpose,
+    config["experiments"] = {"one": {"models": ["T"], "tokens": 32 * 8 * 80, "optimizers": ["merit"],   # and saves
                                      "batch_sizes": [8], "lr_grid": {"merit": [5e-3]}, "artifacts": ["loss_curves"]}}
     cell = "results/runs/T/20480/merit/bs8/lr5e-3/seed0"
     local = workflow_dir(tmp_path, "local", config)
@@ -155,25 +165,28 @@ def test_cancelled_job_is_retried_and_resumes_to_identical_results(slurm, tmp_pa
                                                             "MERIT_GPU_LOCK_DIR": str(tmp_path / "locks")})
     assert r.returncode == 0, r.stderr[-3000:]
     cluster = workflow_dir(tmp_path, "cluster", config)
-    proc = run_snakemake(cluster, *SLURM_OVERRIDES, wait=False)
-    metrics, ckpt = cluster / cell / "metrics.csv", cluster / cell / "ckpt.pt"
+    cmd = [sys.executable, "-m", "snakemake", "--configfile", "cfg.yaml", *SLURM_OVERRIDES]
+    proc = subprocess.Popen(cmd, cwd=cluster, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, **slow_save_env(tmp_path, save_seconds)})
+    metrics = cluster / cell / "metrics.csv"
     deadline = time.time() + 300
-    while time.time() < deadline and proc.poll() is None:
-        if ckpt.exists() and metrics.exists() and len(metrics.read_text().splitlines()) > 20:
+    while time.time() < deadline and proc.poll() is None:   # only at a stop: no periodic checkpoint
+        if metrics.exists() and len(metrics.read_text().splitlines()) > 20:
             break
         time.sleep(0.2)
     assert proc.poll() is None, proc.stdout.read()[-3000:]
     jobs = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout.split()
     assert jobs, "no SLURM job to cancel"
-    # What a scheduler does first to a preempted job: SIGTERM to every process of its steps. The trainer
-    # checkpoints and exits 143, the job fails, Snakemake resubmits it. (A plain `scancel`, or a SIGKILL
-    # sent through it, leaves the state "CANCELLED by <uid>", which snakemake-executor-plugin-slurm 2.8.0
-    # does not count as failed: see README, Cluster. SIGKILL mid-step is covered by test_train.)
     subprocess.run(["scancel", "--signal=TERM", *jobs], check=True)
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, out[-5000:]
     log = (cluster / cell / "train.log").read_text()
-    assert "resuming from step" in log, log[-2000:]
+    stopped = re.search(r"stopped by signal after step (\d+); checkpoint saved", log)
+    assert stopped, log[-2000:]
+    assert f"resuming from step {stopped.group(1)}" in log, log[-2000:]
+    first_job = min((cluster / ".snakemake" / "slurm_logs").rglob("*.log"), key=lambda p: int(p.stem))
+    first_log = first_job.read_text()   # the launcher outlived the signal and said how the trainer stopped
+    assert f"{cell}: stopped with its checkpoint, exit 143 (SIGTERM)" in first_log and "died with" not in first_log
     for name in ["metrics.csv", "mal.csv", "diagnostics.csv"]:
         pd.testing.assert_frame_equal(read_metrics(local / cell / name) if name == "metrics.csv"
                                       else pd.read_csv(local / cell / name),

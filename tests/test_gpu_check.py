@@ -3,6 +3,7 @@ small sizes, so the check itself is tested; how the workflow's and torchrun's re
 on made-up results (their CPU runs take a minute each: `python -m merit_repro.gpu_check --device cpu`)."""
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -48,6 +49,34 @@ def test_the_script_needs_the_venv(tmp_path):
     assert r.returncode == 1 and "bash scripts/setup.sh" in r.stderr
 
 
+NVIDIA_SMI = """#!/bin/sh
+echo "| NVIDIA-SMI 570.86.15    Driver Version: 570.86.15    CUDA Version: $FAKE_CUDA |"
+"""
+
+
+def sourced(tmp_path, command, cuda):
+    """`command` after sourcing scripts/gpu_check.sh (its functions, nothing run), with an nvidia-smi whose driver
+    supports CUDA `cuda`."""
+    (tmp_path / "nvidia-smi").write_text(NVIDIA_SMI)
+    (tmp_path / "nvidia-smi").chmod(0o755)
+    script = Path(common.REPO) / "scripts" / "gpu_check.sh"
+    env = {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}", "FAKE_CUDA": cuda}
+    return subprocess.run(["bash", "-c", f"source {script}; {command}"], capture_output=True, text=True, env=env)
+
+
+@pytest.mark.parametrize("cuda, wheel", [("13.1", "cu130"), ("12.9", "cu128"), ("12.6", "cu126"), ("12.5", "cu124"),
+                                         ("11.4", "")])
+def test_the_script_picks_the_newest_torch_build_the_driver_supports(tmp_path, cuda, wheel):
+    r = sourced(tmp_path, "wheel_for $(driver_cuda)", cuda)
+    assert r.returncode == 0 and r.stdout.strip() == wheel
+
+
+def test_a_driver_older_than_every_build_is_one_error_line_before_any_install(tmp_path):
+    r = sourced(tmp_path, "set_up", "11.4")
+    assert r.returncode == 1 and r.stderr.count("\n") == 1
+    assert r.stderr.startswith("error: the driver supports CUDA 11.4, older than every torch build tried")
+
+
 @pytest.mark.slow
 def test_every_part_but_workflow_and_torchrun_passes_on_the_cpu_in_one_table(tmp_path, capsys):
     out = tmp_path / "check.json"
@@ -64,6 +93,27 @@ def test_every_part_but_workflow_and_torchrun_passes_on_the_cpu_in_one_table(tmp
     for expected in ("bf16 autocast vs fp32", "merit multi-tensor step", "lamb multi-tensor step", "micro-batch fitted",
                      "MERIT steps of 2 x 48", "eager: tokens/s, MFU", "vs float64 reference", "MAL probe"):
         assert expected in checks
+
+
+def test_the_tier_part_measures_a_trainer_cell_and_prices_the_one_gpu_config(tmp_path):
+    """Part 8 on the CPU: a demo-sized cell through merit_repro.launch, its tokens/s into merit_repro.plan.cost for
+    config/gpu1.yaml (millions of GPU-hours at a CPU's rate: reported, judged only on CUDA)."""
+    from merit_repro.gpu_check import tier
+
+    rows = tier.part_tier(common.Plan.cpu(), torch.device("cpu"), tmp_path)
+    assert [r[3] for r in rows] == [True, None], rows
+    assert "tok/s" in rows[0][1] and "compile: False" in rows[0][0]
+    hours, tuning = (float(v.replace(",", "")) for v in rows[1][1].split(" = ")[0].split(" + "))
+    assert hours > 24 and tuning > 0
+
+
+def test_the_tier_is_judged_on_the_cell_and_on_the_day():
+    from merit_repro.gpu_check import tier
+
+    ok = {"status": "ok", "tokens_per_s": 300000.0, "mfu": 0.31, "config": {"compile": True}}
+    assert [r[3] for r in tier.judge_tier(0, ok, (15.0, 8.0), "cuda")] == [True, True]
+    assert [r[3] for r in tier.judge_tier(0, ok, (20.0, 8.0), "cuda")] == [True, False]
+    assert [r[3] for r in tier.judge_tier(1, None, None, "cuda", "error: x")] == [False]
 
 
 def test_a_part_that_raises_is_a_failed_row_and_the_others_still_run(monkeypatch, tmp_path, capsys):
@@ -156,9 +206,10 @@ def ddp(code=0, world_size=2, ckpt=False, log="", loss=2.5, device="cpu x86_64")
 def test_torchrun_runs_are_judged_on_codes_checkpoint_resumption_and_loss():
     good = dict(full=ddp(), stopped=ddp(75, ckpt=True), resumed=ddp(log="# resuming from step 1 in ..."))
     assert all(r[3] for r in ddp_part.judge_ddp(2, "cpu", **good))
-    one_gpu = ddp_part.judge_ddp(1, "cuda", full=ddp(world_size=1, device="cuda:0 H200"), stopped=ddp(75, ckpt=True),
-                                  resumed=ddp(world_size=1, device="cuda:0 H200", log="resuming from step 1"))
-    assert [r[3] for r in one_gpu] == [True, True, True, True, None]   # the 2-process case: skipped
+    one_gpu = ddp_part.judge_ddp(2, "cuda", full=ddp(device="cuda:0 H200"), stopped=ddp(75, ckpt=True),
+                                  resumed=ddp(device="cuda:0 H200", log="resuming from step 1"), shared=True)
+    assert [r[3] for r in one_gpu] == [True, True, True, True, None]   # two ranks on one GPU; NCCL: skipped
+    assert "2 processes, gloo, one GPU shared" in one_gpu[0][0]
     for change, failing in [(dict(stopped=ddp(1)), 1), (dict(stopped=ddp(75)), 1), (dict(resumed=ddp()), 2),
                             (dict(resumed=ddp(log="resuming from step 1", loss=2.6)), 3),
                             (dict(full=ddp(world_size=1)), 0)]:

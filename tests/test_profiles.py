@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 from test_workflow import REPO
@@ -50,10 +51,10 @@ def test_the_cluster_command_gets_the_slurm_profile_not_the_local_one(command):
     s = effective(command)
     assert s["executor"] == "slurm" and s["jobs"] == 64
     assert s["retries"] == 10 and s["latency_wait"] == 60 and s["cores"] is None
-    assert s["config"] == ["max_job_minutes=1440"]
-    assert s["set_threads"] == {"train": 8, "prepare_data": 16}
+    assert s["config"] == ["max_job_minutes=1440", "gpus_per_node=8"]
+    assert s["set_threads"] == {"prepare_data": 16}
     assert "cpus_per_task" not in s["default_resources"]   # would override the threads of every rule
-    assert "slurm_extra" in s["set_resources"]["train"]
+    assert "train" not in s["set_resources"]   # training jobs size themselves per GPU (merit_repro.plan.resources)
     assert s["rate"] == [100, 5] and s["scheduler"] == "greedy"
 
 
@@ -62,13 +63,52 @@ def test_the_workstation_command_counts_gpus():
     assert s["executor"] is None and s["cores"] == os.cpu_count()
 
 
+def planned_jobs(out, rule):
+    """(resources, shell command) of each job of a rule in a dry run's output."""
+    jobs = re.findall(rf"\nrule {rule}:\n(?:    .*\n)*?    resources: (.*)\nShell command: (.*)", out)
+    return [(dict(item.split("=", 1) for item in re.split(r", (?=\w+=)", resources)), shell)
+            for resources, shell in jobs]
+
+
+def sbatch_call(resources, threads):
+    """The sbatch line snakemake-executor-plugin-slurm builds for a job with these resources."""
+    from snakemake_executor_plugin_slurm.submit_string import get_submit_command
+
+    class Resources(dict):
+        __getattr__ = dict.__getitem__
+
+    typed = Resources({k: int(v) if v.isdigit() else v for k, v in resources.items()})
+    job = SimpleNamespace(resources=typed, threads=threads)
+    params = dict(run_uuid="u", slurm_logfile="log", comment_str="c", account="", partition="", workdir=None)
+    return get_submit_command(job, params)
+
+
 @pytest.mark.slow
-def test_the_paper_plan_on_slurm_asks_for_no_job_longer_than_the_limit(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "snakemake", "-n", *CLUSTER.split()[1:]], cwd=REPO,
+def test_the_paper_plan_on_slurm_asks_for_no_job_longer_than_the_limit_and_resources_per_gpu(tmp_path):
+    """Also: cores and memory per GPU, one node per cell, and (with gpus_per_node=4 here) GPT-2 Large's 8 GPUs on
+    two whole nodes, one task a node. `--cores` only lifts a dry run's own cap of 1 on threads: a run on the
+    cluster has none."""
+    r = subprocess.run([sys.executable, "-m", "snakemake", "-n", *CLUSTER.split()[1:], "--cores", "256",
+                        "--config", "max_job_minutes=1440", "gpus_per_node=4"], cwd=REPO,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-3000:]
-    runtimes = [int(m) for m in re.findall(r"runtime=(\d+)", r.stdout + r.stderr)]
-    trains = len(re.findall(r"rule train:", r.stdout + r.stderr))
+    out = r.stdout + r.stderr
+    one_node, two_nodes = planned_jobs(out, "train"), planned_jobs(out, "train_nodes")
+    assert len(one_node) == 241 and len(two_nodes) == 15   # the 15 GPT-2 Large cells span two nodes
+    for resources, shell in one_node:
+        assert resources["gpu"] == "2" and resources["nodes"] == "1" and resources["mem_mb"] == "64000"
+        assert resources["slurm_extra"] == "--signal=TERM@240" and "--gpus 2 --nodes 1 --threads 16 " in shell
+        assert shell.startswith("exec 3>&2; MERIT_ERROR_FD=3 exec ")
+    call = sbatch_call(one_node[0][0], threads=16)
+    assert "--mem 64000 --nodes=1" in call and "--cpus-per-task=16 --signal=TERM@240" in call
+    for resources, shell in two_nodes:
+        assert (resources["gpu"], resources["nodes"], resources["tasks"], resources["mpi"]) == ("0", "2", "2", "srun")
+        assert resources["mem_mb"] == "128000" and "--gpus 8 --nodes 2 --threads 32 " in shell
+    call = sbatch_call(two_nodes[0][0], threads=32)
+    assert "--mem 128000 --nodes=2" in call and "--ntasks=2 --cpus-per-task=32" in call
+    assert call.endswith("--signal=TERM@240 --gpus-per-node=4 --ntasks-per-node=1")
+    runtimes = [int(m) for m in re.findall(r"runtime=(\d+)", out)]
+    trains = len(re.findall(r"rule train(?:_nodes)?:", out))
     assert trains >= 240 and len(runtimes) >= trains   # the paper plan: 241 configured cells before tuning
     for size in ("llama-100m", "llama-250m", "llama-350m"):   # the Llama / C4 table: 3 optimizers x 5 LRs a size
         assert len(re.findall(rf"wildcards: model={size}, tokens=[0-9.e]+, optimizer=", r.stdout + r.stderr)) == 15
@@ -128,3 +168,34 @@ def test_a_cell_that_asks_for_a_gpu_without_one_fails_within_seconds(tmp_path, g
                             "MERIT_GPU_LOCK_DIR": str(tmp_path / "locks")})
     assert r.returncode == 2 and time.time() - start < 30
     assert "asks for a GPU (device 'cuda') but none is visible" in r.stdout + r.stderr
+
+
+# conda's answers to the three questions Snakemake asks it before a dry run (channels cannot be reached from
+# these machines, so no environment is built here: see README, Cluster)
+CONDA_STUB = """#!/bin/sh
+case "$*" in
+  "info --json") echo '{"conda_version": "24.7.1", "conda_prefix": "/nonexistent", "envs_dirs": [], "pkgs_dirs": [],
+                        "platform": "linux-64", "channels": []}' ;;
+  "--version") echo "conda 24.7.1" ;;
+  "config --get channel_priority --json") echo '{"get": {"channel_priority": "strict"}}' ;;
+  *) echo "conda stub: $*" >&2; exit 1 ;;
+esac
+"""
+
+
+def test_the_conda_route_runs_the_environments_python_and_the_plain_route_snakemakes(tmp_path):
+    (tmp_path / "conda").write_text(CONDA_STUB)
+    (tmp_path / "conda").chmod(0o755)
+    env = {**os.environ, "PATH": os.pathsep.join([str(tmp_path), os.environ["PATH"]])}
+    shells = {}
+    for route, extra in [("conda", ["--sdm", "conda"]), ("plain", [])]:
+        r = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", "--cores", "2", *extra], cwd=REPO,
+                           capture_output=True, text=True, timeout=300, env=env)
+        assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+        shells[route] = re.findall(r"Shell command: (.*)", r.stdout + r.stderr)
+    modules = ["merit_repro.data prepare", "merit_repro.launch", "merit_repro.plan.tuning",
+               "merit_repro.evals.zeroshot eval"]
+    for module in modules:
+        assert any(f"MERIT_ERROR_FD=3 exec python -m {module}" in s for s in shells["conda"]), module
+        assert any(f"{sys.executable} -m {module}" in s for s in shells["plain"]), module
+    assert not any(sys.executable in s for s in shells["conda"])

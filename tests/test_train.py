@@ -154,15 +154,27 @@ def test_micro_batches_and_two_processes_match_one_device(tmp_path, data_dir, dd
                             (variant, name, key, got["step"])
 
 
-SLOW_SAVE = """import os, time
-if os.environ.get("RANK") == "0":   # the trainer's rank 0, not torchrun's agent
-    from merit_repro import checkpoint
+SLOW_SAVE = """import os, sys, time
+argv = sys.orig_argv
+if argv[argv.index("-m") + 1:argv.index("-m") + 2] == ["merit_repro.train"] and os.environ.get("RANK", "0") == "0":
+    from merit_repro.train import checkpoint   # the trainer's rank 0 only, not torchrun's agent nor Snakemake
     real_save = checkpoint.save
     def slow_save(*args, **kwargs):
+        print(f"[test] saving {os.environ['SLOW_SAVE_SECONDS']} s slower", flush=True)
         time.sleep(float(os.environ["SLOW_SAVE_SECONDS"]))
         return real_save(*args, **kwargs)
     checkpoint.save = slow_save
 """
+
+
+def slow_save_env(tmp_path, seconds):
+    """Environment in which the trainer's rank 0 takes `seconds` longer to save each checkpoint (a sitecustomize
+    on PYTHONPATH: every Python started with it, in a SLURM job too, loads it first)."""
+    shim = tmp_path / "slow-save"
+    shim.mkdir(exist_ok=True)
+    (shim / "sitecustomize.py").write_text(SLOW_SAVE)
+    return {"PYTHONPATH": os.pathsep.join([str(shim), *filter(None, [os.environ.get("PYTHONPATH")])]),
+            "SLOW_SAVE_SECONDS": str(seconds)}
 
 
 @pytest.mark.slow
@@ -171,14 +183,11 @@ def test_a_stopped_ddp_cell_exits_75_through_torchrun_with_its_checkpoint_and_re
     a rank that exited before the save would get rank 0 killed), and the stop code comes out of torchrun;
     the resumed run is the uninterrupted one."""
     config, ddp = ddp_run
-    shim = tmp_path / "shim"
-    shim.mkdir()
-    (shim / "sitecustomize.py").write_text(SLOW_SAVE)
     out = tmp_path / "run"
-    r = torchrun(config, out, "--stop-at", str(time.time()),
-                 env={"PYTHONPATH": os.pathsep.join([str(shim), os.environ.get("PYTHONPATH", "")]),
-                      "SLOW_SAVE_SECONDS": "35"}, grace=["--shutdown-timeout", "5"])
+    r = torchrun(config, out, "--stop-at", str(time.time()), env=slow_save_env(tmp_path, 35),
+                 grace=["--shutdown-timeout", "5"])
     assert r.returncode == 75, r.stderr[-3000:]
+    assert "[test] saving 35 s slower" in r.stdout
     assert (out / "ckpt.pt").exists() and "time budget of this job reached" in (out / "train.log").read_text()
     r = torchrun(config, out)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -187,8 +196,60 @@ def test_a_stopped_ddp_cell_exits_75_through_torchrun_with_its_checkpoint_and_re
         assert read_rows(out / name) == read_rows(ddp / name), name
 
 
+@pytest.mark.slow
+def test_two_nodes_meeting_at_a_rendezvous_train_as_two_ranks_on_one_node(tmp_path, ddp_run):
+    """The multi-node launch without its srun: two torchruns of one rank each (the two "nodes" share this host)
+    meet at the c10d rendezvous on the first host, as merit_repro.launch.torchrun.multi_node_command has them
+    do, and train the cell as the standalone two-rank run does."""
+    import socket
+
+    from merit_repro.launch.torchrun import multi_node_command
+
+    config, ddp = ddp_run
+    with socket.socket() as s:   # a free port for this test's rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "two-nodes"
+    command = multi_node_command(2, 1, ["-m", "merit_repro.train", "--config", str(config), "--out", str(out)],
+                                 {"SLURM_JOB_ID": "7"}, host="127.0.0.1")
+    command = command[command.index(sys.executable):]   # what srun runs on each node
+    command[command.index("--rdzv-endpoint") + 1] = f"127.0.0.1:{port}"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    nodes = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+             for _ in range(2)]
+    outputs = [node.communicate(timeout=300)[0] for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
+    summary = yaml.safe_load((out / "summary.json").read_text())
+    assert summary["world_size"] == 2
+    for name in ["metrics.csv", "mal.csv", "diagnostics.csv"]:
+        assert read_rows(out / name) == read_rows(ddp / name), name
+
+
+@pytest.mark.slow
+def test_a_ddp_cell_trains_on_a_host_whose_name_does_not_resolve(tmp_path, ddp_run):
+    """torchrun's one-node rendezvous looks the host's name up unless told its address, and hangs where the name
+    does not resolve; the launcher's cell runs its ranks on the loopback (merit_repro.launch.torchrun.on_loopback,
+    GLOO_SOCKET_IFNAME) and trains as anywhere else."""
+    import json
+    import shlex
+    import shutil
+
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("needs root and unshare to give this process a host name of its own")
+    config, ddp = ddp_run
+    cell = {**yaml.safe_load(config.read_text()), "device": "cpu"}
+    out = tmp_path / "run"
+    script = (f"hostname merit-test-unresolvable-host && exec {shlex.quote(sys.executable)} -m merit_repro.launch "
+              f"--cell {shlex.quote(json.dumps(cell))} --out {shlex.quote(str(out))} --gpus 2")
+    env = {**os.environ, "MERIT_GPUS": "2", "MERIT_GPU_LOCK_DIR": str(tmp_path / "locks"), "OMP_NUM_THREADS": "1"}
+    r = subprocess.run(["unshare", "-u", "sh", "-c", script], capture_output=True, text=True, env=env, timeout=240)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    for name in ["metrics.csv", "mal.csv", "diagnostics.csv"]:
+        assert read_rows(out / name) == read_rows(ddp / name), name
+
+
 def test_torchrun_passes_the_agreed_stop_code_on():
-    from merit_repro.launch.torchrun import stop_code, with_grace
+    from merit_repro.launch.torchrun import on_loopback, stop_code, with_grace
 
     assert stop_code([75, 75]) == 75 and stop_code([143, -15]) == 143 and stop_code([130]) == 130
     assert stop_code([75, 1]) == 1 and stop_code([75, 143]) == 1 and stop_code([1, -15]) == 1
@@ -196,6 +257,9 @@ def test_torchrun_passes_the_agreed_stop_code_on():
     assert with_grace(["--shutdown-timeout=5", "-m", "x"], environ={}) == ["--shutdown-timeout=5", "-m", "x"]
     assert with_grace(["-m", "x"], environ={"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "900"}) == ["-m", "x"]
     assert with_grace(["-m", "x"], supported=False, environ={}) == ["-m", "x"]   # an older torch: warned
+    assert on_loopback(["--standalone", "-m", "x"])[:2] == ["--local-addr", "127.0.0.1"]
+    assert on_loopback(["--nnodes", "2", "-m", "x"]) == ["--nnodes", "2", "-m", "x"]   # nodes meet by their names
+    assert on_loopback(["--standalone", "--local-addr=10.0.0.1", "-m", "x"])[0] == "--standalone"
 
 
 def test_divergence_ends_the_cell_with_status_and_exit_zero(tmp_path, data_dir):

@@ -36,18 +36,47 @@ def cli(main):
     full or read-only disk."""
     @functools.wraps(main)
     def wrapper(argv=None):
+        take_console()
         try:
             return main(argv)
         except (UserError, ValueError, yaml.YAMLError, FileNotFoundError, IsADirectoryError, PermissionError,
                 NotADirectoryError) as err:
-            print(f"error: {one_line(err)}", file=sys.stderr)
+            to_console(f"error: {one_line(err)}")
             return 2
         except OSError as err:
             if err.errno not in DISK_ERRORS:
                 raise
-            print(f"error: {one_line(err)}", file=sys.stderr)
+            to_console(f"error: {one_line(err)}")
             return 2
     return wrapper
+
+
+ERROR_FD = "MERIT_ERROR_FD"
+_console = None
+
+
+def take_console():
+    """Take the descriptor MERIT_ERROR_FD names out of the environment (a child process would not have it open,
+    and could hold another file there). A workflow rule sends stderr to its log and `exec`s the CLI, so that the
+    CLI, not a shell, gets the scheduler's signals; it keeps its own stderr open there for the CLI's `error:`
+    line (and a launcher's stop) to reach the console, or a SLURM job's log, too."""
+    global _console
+    fd = os.environ.pop(ERROR_FD, None)
+    try:
+        os.fstat(int(fd))
+        _console = int(fd)
+    except (TypeError, ValueError, OSError):
+        _console = None
+
+
+def to_console(line):
+    """A line on stderr, and on the console descriptor when there is one."""
+    print(line, file=sys.stderr, flush=True)
+    if _console is not None:
+        try:
+            os.write(_console, (line + "\n").encode())
+        except OSError:
+            pass   # the console is gone: the log has the line
 
 
 def one_line(err):

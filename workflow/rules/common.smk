@@ -16,11 +16,13 @@ sys.path.insert(0, SRC)  # run from a checkout without installing ...
 os.environ.update(PYTHONPATH=os.pathsep.join([SRC, *filter(None, [os.environ.get("PYTHONPATH")])]))
 
 from snakemake.exceptions import WorkflowError
+from snakemake.settings.types import DeploymentMethod
 from snakemake.utils import validate
 
 from merit_repro.config import configfiles
 from merit_repro.config.registry import ARTIFACTS, OPTIMIZER_NAMES
 from merit_repro.plan import grid, paths, runtime, tuning
+from merit_repro.plan import resources as job_resources
 from merit_repro.plan.cell import split_settings
 from merit_repro.plan.validate import corpus_problems, optimizer_settings, validate as check_config
 from merit_repro.report import bundle
@@ -54,7 +56,14 @@ except UserError as err:
 # a rule's params: switching it on or off retrains nothing.
 os.environ[tracking.ENV] = json.dumps(config["tracking"], sort_keys=True)
 
-PYTHON = sys.executable  # the interpreter running Snakemake, so jobs see the same packages
+# Jobs run the interpreter running Snakemake, so that they see the same packages; with --sdm conda, the one of
+# the job's environment (environment.yml), which Snakemake puts first on the job's PATH.
+CONDA = DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method
+PYTHON = "python" if CONDA else sys.executable
+# A job's shell `exec`s its command, so that the command, not a shell, gets the scheduler's signals (SIGTERM
+# before a time limit or a preemption) and can checkpoint; its `error:` line still reaches the console through
+# descriptor 3 (merit_repro.utils.take_console). Rules run `{params.python} -m ...` with this, unquoted.
+EXEC_PYTHON = f"exec 3>&2; MERIT_ERROR_FD=3 exec {shlex.quote(PYTHON)}"
 
 
 def preflight(log):
@@ -65,12 +74,17 @@ def preflight(log):
         return
     settings = json.dumps(optimizer_settings(config), sort_keys=True)
     built = subprocess.run(
-        [PYTHON, "-m", "merit_repro.optim.check", "--settings", settings], capture_output=True, text=True
+        [sys.executable, "-m", "merit_repro.optim.check", "--settings", settings], capture_output=True, text=True
     )
     problems = corpus_problems(config) + [
         line.removeprefix("error: ") for line in built.stderr.splitlines() if line.startswith("error: ")
     ]
-    if built.returncode and not problems:
+    if built.returncode and not problems and CONDA and "No module named 'torch'" in built.stderr:
+        print(
+            "note: no torch beside Snakemake (--sdm conda): each training job builds its optimizer first",
+            file=sys.stderr,
+        )
+    elif built.returncode and not problems:
         problems = [f"the optimizer check failed: {built.stderr.strip()[-500:]}"]
     for problem in problems:
         print(f"error: {problem}", file=sys.stderr)
@@ -98,6 +112,8 @@ BUNDLE_NAME = config.get("bundle_name") or bundle.default_name(
 ZEROSHOT = grid.zeroshot_settings(config)
 ZEROSHOT_TASKS = paths.zeroshot_tasks(RESULTS)
 ZEROSHOT_OFFLINE = "HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 " if ZEROSHOT["offline"] else ""
+MULTI_NODE_MODELS = [m for m in config["models"] if job_resources.multi_node(config, m)]
+ONE_NODE_MODELS = [m for m in config["models"] if m not in MULTI_NODE_MODELS]
 MAX_TUNING_ROUNDS = 1000  # far above what any grid needs: each round adds at least one new cell
 
 

@@ -13,7 +13,7 @@ rule prepare_data:
         mem_mb=lambda wc, attempt: 8000 * attempt,
         runtime=lambda wc, attempt: 240 * attempt,
     params:
-        python=PYTHON,
+        python=EXEC_PYTHON,
         args=lambda wc, output, threads: prepare_args(wc.dataset, str(Path(output.meta).parent), threads),
     shell:
-        "{params.python:q} -m merit_repro.data prepare {params.args:q} > {log:q} 2>&1"
+        "{params.python} -m merit_repro.data prepare {params.args:q} > {log:q} 2>&1"

@@ -1,7 +1,19 @@
-# One job per cell: python -m merit_repro.train (torchrun when the model asks for several GPUs). Its shell is one
-# command, so the trainer itself gets the scheduler's signals (its `error:` line is the log's last).
+# One job per cell: python -m merit_repro.launch (torchrun when the model asks for several GPUs, one per node
+# under srun when it asks for more than a node has). The shell `exec`s it, so the launcher itself gets the
+# scheduler's signals and the trainer checkpoints on them (its `error:` line is the log's last).
 # ckpt.pt lives beside the outputs but is not declared, so a failed or preempted job resumes from it.
+# Cores, memory and nodes scale with the cell's GPUs (merit_repro.plan.resources).
 # Then, per group of cells (experiment, model, optimizer, batch), the LR tuning rounds (merit_repro.plan.tuning).
+
+# What every training job asks for besides its GPUs and nodes (`use rule ... with:` replaces a rule's resources whole)
+TRAIN_RESOURCES = dict(
+    mem_mb=lambda wc, attempt: job_resources.mem_mb(config, wc.model, attempt),
+    runtime=lambda wc, attempt: math.ceil(job_minutes(wc, attempt)),
+    time_budget_s=lambda wc, attempt: time_budget_seconds(wc, attempt),
+    slurm_extra=lambda wc: job_resources.slurm_extra(config, wc.model),
+    # how the cell runs (save_model, compile, ...): a resource, so that changing it retrains nothing
+    run_settings=lambda wc: json.dumps(split_settings(cell_of(wc))[1], sort_keys=True),
+)
 
 
 rule train:
@@ -13,29 +25,46 @@ rule train:
         paths.log(RESULTS, "train", CELL_PATH),
     benchmark:
         paths.benchmark(RESULTS, "train", CELL_PATH)
+    wildcard_constraints:
+        model=_alternatives(ONE_NODE_MODELS) or "(?!)",  # (?!) matches nothing
     conda:
         ENV
-    threads: 1
+    threads: lambda wc: job_resources.threads(config, wc.model)
     resources:
+        **TRAIN_RESOURCES,
         gpu=lambda wc: grid.model_gpus(config, wc.model),
-        mem_mb=lambda wc, attempt: 4000 * attempt,
-        runtime=lambda wc, attempt: math.ceil(job_minutes(wc, attempt)),
-        time_budget_s=lambda wc, attempt: time_budget_seconds(wc, attempt),
-        # how the cell runs (save_model, compile, ...): a resource, so that changing it retrains nothing
-        run_settings=lambda wc: json.dumps(split_settings(cell_of(wc))[1], sort_keys=True),
+        nodes=1,
     params:
-        python=PYTHON,
+        python=EXEC_PYTHON,
         cell=lambda wc: json.dumps(split_settings(cell_of(wc))[0], sort_keys=True),
         gpus=lambda wc: grid.model_gpus(config, wc.model),
+        nodes=lambda wc: job_resources.nodes(config, wc.model),
+        lead=config["signal_lead_seconds"],
         out_dir=lambda wc, output: str(Path(output.summary).parent),
     shell:
-        "{params.python:q} -m merit_repro.launch --cell {params.cell:q} --run-settings {resources.run_settings:q} "
-        "--out {params.out_dir:q} "
-        "--gpus {params.gpus} --threads {threads} --time-budget-seconds {resources.time_budget_s} > {log:q} 2>&1"
+        "{params.python} -m merit_repro.launch --cell {params.cell:q} --run-settings {resources.run_settings:q} "
+        "--out {params.out_dir:q} --gpus {params.gpus} --nodes {params.nodes} --threads {threads} "
+        "--time-budget-seconds {resources.time_budget_s} --signal-lead-seconds {params.lead} > {log:q} 2>&1"
+
+
+if MULTI_NODE_MODELS:
+
+    # A cell over several nodes: the job's own shell runs the launcher (SLURM executor plugin: `mpi`, so that no
+    # one-task step holds the first node), which starts one torchrun a node with srun; the GPUs are asked for
+    # per node (slurm_extra), not as `gpu`, which sbatch could spread over any nodes.
+    use rule train as train_nodes with:
+        wildcard_constraints:
+            model=_alternatives(MULTI_NODE_MODELS),
+        resources:
+            **TRAIN_RESOURCES,
+            gpu=0,
+            nodes=lambda wc: job_resources.nodes(config, wc.model),
+            tasks=lambda wc: job_resources.nodes(config, wc.model),
+            mpi="srun",
 
 
 # Round k of a group: its cells so far -> the next cells (grid extension, claim seeds) or done; a round that
-# fails echoes its log's `error:` line to the console. (Not `run:` blocks: Snakemake runs those in a Snakemake
+# fails writes its `error:` line to the console too (EXEC_PYTHON). (Not `run:` blocks: Snakemake runs those in a Snakemake
 # of their own, which parses the workflow again.)
 checkpoint tune_lr:
     input:
@@ -47,11 +76,10 @@ checkpoint tune_lr:
     conda:
         ENV
     params:
-        python=PYTHON,
+        python=EXEC_PYTHON,
         spec=tune_spec,
     shell:
-        "{params.python:q} -m merit_repro.plan.tuning --spec {params.spec:q} --out {output:q} > {log:q} 2>&1"
-        " || {{ code=$?; grep '^error: ' {log:q} >&2 || true; exit $code; }}"
+        "{params.python} -m merit_repro.plan.tuning --spec {params.spec:q} --out {output:q} > {log:q} 2>&1"
 
 
 # The group's final decision, once its last round (or that of the group whose rounds it shares) says done
@@ -67,8 +95,8 @@ rule tuned_group:
     conda:
         ENV
     params:
-        python=PYTHON,
+        python=EXEC_PYTHON,
         group=lambda wc: json.dumps(grid.tuning_spec(config, group_of(wc))["group"], sort_keys=True),
     shell:
-        "{params.python:q} -m merit_repro.plan.tuning --adopt {input.decision:q} --group {params.group:q} "
-        "--out {output:q} > {log:q} 2>&1 || {{ code=$?; grep '^error: ' {log:q} >&2 || true; exit $code; }}"
+        "{params.python} -m merit_repro.plan.tuning --adopt {input.decision:q} --group {params.group:q} "
+        "--out {output:q} > {log:q} 2>&1"

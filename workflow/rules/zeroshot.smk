@@ -14,12 +14,12 @@ rule zeroshot_task:
     conda:
         ENV
     params:
-        python=PYTHON,
+        python=EXEC_PYTHON,
         data=lambda wc, input: str(Path(input[0]).parent),
         spec=lambda wc: ZEROSHOT["local_tasks"][wc.task],
         out=lambda wc, output: str(Path(output.yaml).parent),
     shell:
-        "{params.python:q} -m merit_repro.evals.zeroshot next-line --data {params.data:q} --out {params.out:q} "
+        "{params.python} -m merit_repro.evals.zeroshot next-line --data {params.data:q} --out {params.out:q} "
         "--name {wildcards.task} --examples {params.spec[examples]} --max-chars {params.spec[max_chars]} "
         "--seed {params.spec[seed]} > {log:q} 2>&1"
 
@@ -42,12 +42,11 @@ rule zeroshot:
         gpu=lambda wc: min(1, grid.model_gpus(config, wc.model)),
         mem_mb=8000,
     params:
-        python=PYTHON,
+        python=EXEC_PYTHON,
         offline=ZEROSHOT_OFFLINE,
         args=zeroshot_args,
         runs=lambda wc, input: run_flags(input.runs),
         device=lambda wc: "" if grid.model_gpus(config, wc.model) else "--device cpu",
     shell:
-        "{params.offline}OMP_NUM_THREADS={threads} {params.python:q} -m merit_repro.evals.zeroshot eval {params.runs} "
-        "{params.args} {params.device} --out {output:q} > {log:q} 2>&1"
-        " || {{ code=$?; grep '^error: ' {log:q} >&2 || true; exit $code; }}"
+        "export {params.offline}OMP_NUM_THREADS={threads}; {params.python} -m merit_repro.evals.zeroshot eval "
+        "{params.runs} {params.args} {params.device} --out {output:q} > {log:q} 2>&1"

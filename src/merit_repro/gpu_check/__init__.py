@@ -2,10 +2,11 @@
 
     python -m merit_repro.gpu_check [--parts 1,2,3] [--quick] [--out gpu_check.json] [--device cpu] [--keep]
 
-What breaks first at paper scale, in seven parts, each timed as it goes; one table at the end, and exit
-1 on any FAIL (a part that raises is a FAIL row; the others still run). Under 5 minutes on one H200,
+What breaks first at paper scale, in eight parts, each timed as it goes; one table at the end, and exit
+1 on any FAIL (a part that raises is a FAIL row; the others still run). Under 7 minutes on one H200,
 torch.compile included; estimated, the training FLOPs being seconds: part 1 ~70 s (process and CUDA start-up of
-4 cells), part 2 ~50 s (compiling GPT-2 Small), part 3 ~35 s (3 torchruns), part 6 ~25 s, the others ~5-15 s.
+4 cells), part 2 ~50 s (compiling GPT-2 Small), part 3 ~35 s (3 torchruns), part 6 ~25 s, part 8 ~90 s (a
+compiled trainer cell), the others ~5-15 s. scripts/gpu_check.sh sets a bare GPU machine up first.
 One module per part, each with its part_* function and the judge_* helpers that turn results into rows:
 
 1. ``workflow``: the trainer through the workflow: ``snakemake --cores 4 --resources gpu=1`` on
@@ -16,8 +17,8 @@ One module per part, each with its part_* function and the judge_* helpers that 
    BF16_TOLERANCE, at every step, and the loss falls.
 3. ``ddp``: DDP through ``merit_repro.launch.torchrun`` on every visible GPU (NCCL): a tiny cell runs to the
    end; the same cell stopped at once (``--stop-at`` now) exits 75 through torchrun with ckpt.pt, and its rerun
-   resumes and completes (exit 0) at the uninterrupted run's loss. With one GPU the run has one process (no
-   process group) and the multi-process case is reported skipped.
+   resumes and completes (exit 0) at the uninterrupted run's loss. With one GPU two ranks share it over gloo
+   ($MERIT_DDP_BACKEND: NCCL refuses two ranks on one device), and NCCL between GPUs is reported skipped.
 4. ``host_syncs``: host synchronisations: ``torch.cuda.set_sync_debug_mode("error")`` around MERIT's and
    LAMB's multi-tensor steps (diagnostics on and off) and the trainer's gradient clipping, on GPT-2 Small's
    parameters; MERIT's and LAMB's step times against fused AdamW (reported).
@@ -30,11 +31,17 @@ One module per part, each with its part_* function and the judge_* helpers that 
 7. ``reference``: the optimizers on the device against the float64 reference (``optim_reference``: both
    code paths, bf16 parameters), and the MAL probe on GPT-2 Small (finite, one value per layer and head).
 
+8. ``tier``: config/gpu1.yaml's cost from a measurement: a cell of its model (GPT-2 Small, context 1024, 128
+   sequences, GPT-2 BPE on Shakespeare) trains 12 steps through ``python -m merit_repro.launch`` with
+   ``compile: true``; its tokens/s (compilation excluded) go to ``merit_repro.plan.cost --tokens-per-s-per-gpu``,
+   and the config's GPU-hours, tuning's bound included, must be at most 24.
+
 ``common`` holds the sizes of every part (``Plan``) and the helpers the parts share; ``__main__`` runs the
 parts and prints the table.
 
 ``--device cpu`` runs every part at small sizes (the tests use it): part 1 with ``gpus: 0``, part 3 with
 2 gloo processes, host transfers counted by ``merit_repro.optim.dispatch_count`` instead of CUDA's sync
-check, and no torch.compile. Without a GPU it says so and exits 0; with a GPU that torch cannot use (a
+check, part 8 with a demo-sized cell on Shakespeare bytes (its GPU-hours reported, not judged), and no
+torch.compile. Without a GPU it says so and exits 0; with a GPU that torch cannot use (a
 CPU-only build of torch, a driver too old) it says so in one line and exits 1.
 """

@@ -24,9 +24,10 @@ from .memory import part_memory
 from .parity import part_parity
 from .reference import part_reference
 from .speed import part_speed
+from .tier import part_tier
 from .workflow import part_workflow
 
-BUDGET_SECONDS = 300   # the whole check on one H200
+BUDGET_SECONDS = 420   # the whole check on one H200 (set-up by scripts/gpu_check.sh not counted)
 
 
 PARTS = {
@@ -37,8 +38,9 @@ PARTS = {
     5: ("micro-batch fit, then real MERIT steps at the fitted size", part_memory),
     6: ("tokens/s and MFU per model size", part_speed),
     7: ("optimizers vs the float64 reference, the MAL probe", part_reference),
+    8: ("config/gpu1.yaml's cost from a compiled trainer cell's measured tokens/s", part_tier),
 }
-QUICK_PARTS = (2, 3, 4, 5, 7)   # --quick: no workflow, no speed table, no torch.compile
+QUICK_PARTS = (2, 3, 4, 5, 7)   # --quick: no workflow, no speed table, no tier cell, no torch.compile
 
 
 def status(ok):

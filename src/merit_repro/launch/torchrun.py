@@ -2,6 +2,9 @@
 
     python -m merit_repro.launch.torchrun --standalone --nproc_per_node 2 -m merit_repro.train --config cell.yaml --out RUN
 
+Over several nodes (``multi_node_command``): srun starts one of these per node, each with ``--nnodes N`` and a
+c10d rendezvous on the job's first host.
+
 The ranks of a cell that stops agree on the stop, wait for rank 0's checkpoint and exit with the same
 code: 75 at the job's time budget, 143 or 130 after SIGTERM or SIGINT. torchrun itself reports any
 non-zero exit as a failure and exits 1, which a scheduler would retry as a crash. This runs torchrun
@@ -14,7 +17,10 @@ plus the save of a GPT-2 Large checkpoint (about 9 GB), where torchrun's own is 
 import os
 import sys
 
+from merit_repro.utils import UserError
+
 SHUTDOWN_GRACE_SECONDS = 600
+RENDEZVOUS_PORT = 29400   # plus the job id modulo 1000: jobs that share a first node do not share a port
 STOP_CODES = {75, 130, 143}   # train.EXIT_TIME_BUDGET and train.EXIT_CODES (this module starts without torch)
 
 
@@ -42,14 +48,61 @@ def with_grace(argv, supported=True, environ=None):
     return ["--shutdown-timeout", str(SHUTDOWN_GRACE_SECONDS), *argv]
 
 
+def check_nodes(nodes, environ):
+    """A cell over several nodes runs only in a SLURM job of that many nodes: one error line otherwise."""
+    have = environ.get("SLURM_JOB_NUM_NODES") or environ.get("SLURM_NNODES")
+    if not environ.get("SLURM_JOB_ID"):
+        raise UserError(f"this cell spans {nodes} nodes (models.<name>.gpus over gpus_per_node), which only a SLURM "
+                        "job of that many nodes can give (snakemake --workflow-profile profiles/slurm); on one machine "
+                        "give the model at most gpus_per_node GPUs")
+    if not have or int(have) < nodes:
+        raise UserError(f"this cell spans {nodes} nodes but its SLURM job has {have or 'an unknown number of'}; the "
+                        f"train rule asks for --nodes={nodes}: a profile or site option that replaces it (nodes, "
+                        "slurm_extra) must keep it")
+
+
+def first_host(environ, run=None):
+    """The first host of the job's nodes (the rendezvous), by `scontrol show hostnames`."""
+    import subprocess
+
+    run = run or subprocess.run
+    r = run(["scontrol", "show", "hostnames", environ["SLURM_JOB_NODELIST"]], capture_output=True, text=True,
+            timeout=30)
+    hosts = r.stdout.split()
+    if r.returncode or not hosts:
+        raise UserError(f"cannot list the hosts of SLURM_JOB_NODELIST={environ['SLURM_JOB_NODELIST']!r} "
+                        f"(scontrol: {r.stderr.strip()[:200]}); run the cell where scontrol works")
+    return hosts[0]
+
+
+def multi_node_command(nodes, gpus_per_node, train, environ, host=None):
+    """srun of one torchrun per node, meeting at a c10d rendezvous on the first host; the job's id names it."""
+    job = environ["SLURM_JOB_ID"]
+    host = host or first_host(environ)
+    return ["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
+            sys.executable, "-m", "merit_repro.launch.torchrun", "--nnodes", str(nodes),
+            "--nproc_per_node", str(gpus_per_node), "--rdzv-backend", "c10d",
+            "--rdzv-endpoint", f"{host}:{RENDEZVOUS_PORT + int(job) % 1000}", "--rdzv-id", f"merit-{job}", *train]
+
+
+def on_loopback(argv, supported=True):
+    """argv with --local-addr 127.0.0.1 for a one-node (--standalone) run: its rendezvous then never looks this
+    host's name up, which hangs where the name does not resolve (a container, a node's odd /etc/hosts)."""
+    if "--standalone" not in argv or not supported or any(a.split("=")[0] in ("--local-addr", "--local_addr")
+                                                            for a in argv):
+        return list(argv)
+    return ["--local-addr", "127.0.0.1", *argv]
+
+
 def main(argv=None):
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import get_args_parser, parse_args, run
 
-    supported = "--shutdown-timeout" in get_args_parser()._option_string_actions
+    options = get_args_parser()._option_string_actions
+    argv = on_loopback(sys.argv[1:] if argv is None else argv, "--local-addr" in options)
     try:
-        run(parse_args(with_grace(sys.argv[1:] if argv is None else argv, supported)))
+        run(parse_args(with_grace(argv, "--shutdown-timeout" in options)))
     except ChildFailedError as err:
         codes = [failure.exitcode for failure in err.failures.values()]
         code = stop_code(codes)

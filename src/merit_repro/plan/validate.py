@@ -16,6 +16,7 @@ from merit_repro.config.configfiles import ALLOW_TASK_DIRS
 from merit_repro.config.registry import ARTIFACTS, OPTIMIZER_NAMES
 from merit_repro.data.tokens import requested
 
+from . import resources
 from .cell import CellConfig
 from .grid import (
     COORDINATES,
@@ -84,7 +85,7 @@ def validate(config):
     problems = [f"{where}={value} must be a finite number" for where, value in non_finite(config)]
     if problems:   # every comparison below would pass or fail the wrong way
         raise ValueError("invalid workflow config:\n  " + "\n  ".join(problems))
-    problems = reference_problems(config)
+    problems = reference_problems(config) + resources.problems(config)
     reported = set()   # a problem of a setting is named once, at the first cell it shows in
     for name, exp in config["experiments"].items():
         problems += experiment_problems(config, name, exp)

@@ -36,7 +36,8 @@ SCHEMA_VERSION = 1
 MANIFEST = "MANIFEST.json"
 CONFIG = "config.yaml"
 # Where and how the workflow runs, not what it computes: a rebuild may set these differently.
-NOT_IDENTITY = ("results", "figures", "bundle", "bundle_name", "tracking", "max_job_minutes")
+NOT_IDENTITY = ("results", "figures", "bundle", "bundle_name", "tracking", "max_job_minutes", "signal_lead_seconds",
+                "gpus_per_node", "cores_per_gpu", "mem_mb_per_gpu")   # where it ran and how its jobs were sized
 ORIGIN = "origin"   # the bundle's own tables, manifest and config, under the rebuild's results folder
 
 

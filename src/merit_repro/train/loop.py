@@ -60,6 +60,9 @@ EXIT_CODES = {signal.SIGTERM: 143, signal.SIGINT: 130}
 
 
 EXIT_TIME_BUDGET = 75   # EX_TEMPFAIL: stopped at its time budget with a checkpoint; the next job resumes
+# Until a checkpoint of this job has been timed, its save is estimated at this rate (a single stream to a busy
+# parallel file system), so that a stop before the job's end leaves it time to save.
+ASSUMED_SAVE_BYTES_PER_SECOND = 200e6
 
 
 class Stop(Exception):
@@ -74,7 +77,9 @@ class Run:
 
     def __init__(self, cfg: CellConfig, out_dir, stop_at=None):
         self.cfg = cfg
-        self.deadline = stop_at   # wall-clock time (epoch seconds) by which this job checkpoints and exits
+        self.deadline = stop_at   # wall-clock time (epoch seconds) by which this job has checkpointed and exited
+        self.save_seconds = None   # the last checkpoint's save, timed
+        self.last_stop_check = None   # when the previous step's stops were agreed (epoch seconds)
         self.out = Path(out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         self.rank, self.world_size, self.device = setup_device(cfg)
@@ -91,7 +96,8 @@ class Run:
             cfg.model, block_size=cfg.block_size, vocab_size=padded_vocab_size(self.meta["vocab_size"]),
             qk_norm=cfg.qk_norm,
             **{k: getattr(cfg, k) for k in ("n_layer", "n_head", "n_embd") if getattr(cfg, k) is not None})
-        self.model = build_model(self.model_config).to(self.device)
+        with self.device:   # built on its device: no fp32 copy of a large model in each rank's host memory
+            self.model = build_model(self.model_config)
         self.optimizer = build(cfg.optimizer, param_groups(self.model, cfg.weight_decay),
                                **fastest_on(self.device, cfg.optimizer, cfg.optimizer_kwargs()))
         self.flops_per_token = self.model.flops_per_token()
@@ -146,11 +152,7 @@ class Run:
         return micro_batch
 
     def wrapped_for_training(self):
-        """The model as the steps call it: compiled when asked, in DDP over several ranks."""
-        model = torch.compile(self.model) if self.cfg.compile else self.model
-        if self.world_size > 1:
-            model = DistributedDataParallel(model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
-        return model
+        return wrap_for_training(self.model, self.world_size, self.device, self.cfg.compile)
 
     # -- pieces of a step
 
@@ -302,11 +304,28 @@ class Run:
         now = time.perf_counter()
         code, out_of_time, due = self.agreement.max([
             EXIT_CODES.get(self.stop_signal, 143) if self.stop_signal is not None else 0,
-            self.deadline is not None and time.time() > self.deadline,
+            self.past_deadline(),
             bool(self.cfg.checkpoint_every_minutes)
             and now - self.clock.last_checkpoint > 60 * self.cfg.checkpoint_every_minutes])
         more = done < self.cfg.steps
         return int(code), bool(out_of_time) and more, (done % self.cfg.checkpoint_every == 0 or bool(due)) and more
+
+    def past_deadline(self):
+        """Whether one more step and a checkpoint would end after the deadline: each timed in this job (the
+        step as the time since the last step's check, the save as the last save or estimated from its bytes)."""
+        if self.deadline is None:
+            return False
+        now = time.time()
+        step = now - self.last_stop_check if self.last_stop_check is not None else 0.0
+        self.last_stop_check = now
+        return now + step + self.save_estimate() > self.deadline
+
+    def save_estimate(self):
+        if self.save_seconds is not None:
+            return self.save_seconds
+        tensors = [*self.model.parameters(), *(t for state in self.optimizer.state.values() for t in state.values()
+                                                if torch.is_tensor(t))]   # checked after a step: the state is there
+        return sum(t.numel() * t.element_size() for t in tensors) / ASSUMED_SAVE_BYTES_PER_SECOND
 
     # -- resuming, checkpoints, records
 
@@ -335,7 +354,8 @@ class Run:
                             self.state.to_checkpoint(), self.csv_logs, self.device)
         self.agreement.barrier()
         self.clock.last_checkpoint = self.clock.window_start = time.perf_counter()
-        self.state.checkpoint_seconds += self.clock.last_checkpoint - t0
+        self.save_seconds = self.clock.last_checkpoint - t0
+        self.state.checkpoint_seconds += self.save_seconds
 
     def catch_signals(self):
         def on_signal(signum, frame):
@@ -440,6 +460,15 @@ class Run:
                      f"{summary['tokens_per_s'] or 0:,.0f} tok/s, MAL probe {self.state.probe_seconds:.1f}s "
                      f"of {self.state.train_seconds:.1f}s training")
         return summary
+
+
+def wrap_for_training(model, world_size, device, compile=False, compiler=torch.compile):
+    """The model as the steps call it: in DDP over several ranks, then compiled when asked. DDP goes first, so
+    that the compiler splits the graph at DDP's gradient buckets and each bucket's all-reduce overlaps the rest
+    of the backward pass (compiling the bare model and wrapping it loses that overlap)."""
+    if world_size > 1:
+        model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    return compiler(model) if compile else model
 
 
 def run_summary(run, status, reason, steps_done):

@@ -6,8 +6,10 @@ transient buffers of its step (at most two parameter-sized lists: MERIT's and LA
 denominator), and DDP's gradient buckets (one more copy of the gradients). The sum must stay below
 ``1 - HEADROOM`` of the memory the process can have (free memory plus what its allocator already
 holds), which leaves room for fragmentation, NCCL's buffers, the evaluation and the MAL probe.
-The largest divisor of the per-device batch that passes is taken; a failed attempt is freed before
-the next one.
+The largest divisor of the per-device batch that passes is taken, trying first the largest one that
+two small measurements (1 and 2 sequences: fixed bytes plus bytes per sequence) say should fit, then smaller
+ones; a failed attempt is freed before the next one. An allocation failure counts as "does not fit" however
+it comes: torch's OutOfMemoryError, or a RuntimeError from cuBLAS, cuDNN or the caching allocator.
 """
 
 import contextlib
@@ -35,11 +37,35 @@ def unmeasured_bytes(model, world_size):
     return param_bytes * (MOMENTS + STEP_BUFFERS + (1 if world_size > 1 else 0))
 
 
+ALLOCATION_FAILURES = ("out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED",
+                       "CUBLAS_STATUS_NOT_INITIALIZED", "CUDNN_STATUS_NOT_INITIALIZED", "cudaErrorMemoryAllocation",
+                       "CUDA driver error: out of memory")
+
+
+def is_allocation_failure(err):
+    """An error that means the device ran out of memory (cuBLAS and cuDNN say so in RuntimeErrors of their own;
+    a handle they cannot create for want of memory reads NOT_INITIALIZED)."""
+    return isinstance(err, torch.OutOfMemoryError) or (
+        isinstance(err, RuntimeError) and any(sign in str(err) for sign in ALLOCATION_FAILURES))
+
+
+def first_guess(divisors, peak_bytes, limit_bytes, extra_bytes):
+    """Divisors in the order to try: from the largest that the peaks at 1 and 2 sequences, taken as linear in
+    the micro-batch, say fits (the largest divisor when those do not tell), down to 1."""
+    one, two = (peak_bytes(1), peak_bytes(2)) if len(divisors) > 1 else (None, None)
+    if one is None or two is None or two <= one:
+        return divisors
+    per_sequence, fixed = two - one, 2 * one - two
+    estimate = (limit_bytes - extra_bytes - fixed) / per_sequence
+    fitting = [d for d in divisors if d <= estimate]
+    return fitting or divisors[-1:]
+
+
 def largest_fitting(divisors, peak_bytes, limit_bytes, extra_bytes):
     """The first of divisors whose peak_bytes(d) + extra_bytes <= limit_bytes; peak_bytes returns None
     when the attempt ran out of memory."""
     tried = []
-    for micro in divisors:
+    for micro in first_guess(divisors, peak_bytes, limit_bytes, extra_bytes):
         peak = peak_bytes(micro)
         if peak is not None and peak + extra_bytes <= limit_bytes:
             return micro
@@ -58,7 +84,9 @@ def peak_bytes_of_step(model, micro, block_size, device, autocast):
         loss.backward()
         del x, loss
         return torch.cuda.max_memory_allocated(device)
-    except torch.OutOfMemoryError:
+    except (torch.OutOfMemoryError, RuntimeError) as err:
+        if not is_allocation_failure(err):
+            raise
         return None   # the frame, and the attempt's tensors with it, go when the exception is handled
     finally:
         model.zero_grad(set_to_none=True)
