@@ -13,7 +13,7 @@
 # (nvidia-smi's "CUDA Version"; TORCH_CUDA_BUILDS lists the builds tried, newest first). A .venv whose torch
 # cannot use the GPU gets that wheel instead. --device cpu installs nothing and needs .venv.
 set -euo pipefail
-TORCH_CUDA_BUILDS=${TORCH_CUDA_BUILDS:-"13.0:cu130 12.8:cu128 12.6:cu126 12.4:cu124 11.8:cu118"}
+TORCH_CUDA_BUILDS=${TORCH_CUDA_BUILDS:-"13.0:cu130 12.8:cu128 12.6:cu126"}   # the CUDA builds of torch 2.13
 TORCH_WHEELS=${TORCH_WHEELS:-https://download.pytorch.org/whl}
 say() { echo "[gpu_check.sh] $*" >&2; }
 fail() { echo "error: $*" >&2; exit 1; }
@@ -58,16 +58,19 @@ set_up() {
   if [ -x .venv/bin/python ] && .venv/bin/python -c "import torch, sys; sys.exit(not torch.cuda.is_available())" 2>/dev/null; then
     return
   fi
-  local version
-  version=$(sed -n 's/^torch==\([0-9.]*\).*/\1/p' requirements-lock.txt | head -n 1)
+  local torch
+  torch=$(torch_requirement)
   if [ -x .venv/bin/python ] && .venv/bin/python -c "import torch" 2>/dev/null; then
-    say "the torch in .venv cannot use this GPU (driver CUDA $cuda): installing torch ${version:-} for $wheel"
-    .venv/bin/python -m pip install -q --force-reinstall "torch${version:+==$version}" --index-url "$TORCH_WHEELS/$wheel"
+    say "the torch in .venv cannot use this GPU (driver CUDA $cuda): installing $torch for $wheel"
+    .venv/bin/python -m pip install -q --force-reinstall "$torch" --index-url "$TORCH_WHEELS/$wheel"
   else
-    say "setting up .venv with torch ${version:-} for $wheel (driver CUDA $cuda)"
+    say "setting up .venv with $torch for $wheel (driver CUDA $cuda)"
   fi
-  TORCH_REQUIREMENT="torch${version:+==$version}" TORCH_PIP_ARGS="--index-url $TORCH_WHEELS/$wheel" \
-    bash scripts/setup.sh
+  TORCH_REQUIREMENT="$torch" TORCH_PIP_ARGS="--index-url $TORCH_WHEELS/$wheel" bash scripts/setup.sh
+}
+
+torch_requirement() {   # the torch scripts/setup.sh installs ("torch==2.13.0"), or $TORCH_REQUIREMENT
+  echo "${TORCH_REQUIREMENT:-$(sed -n 's/.*TORCH_REQUIREMENT:-\(torch==[0-9.]*\)}.*/\1/p' scripts/setup.sh | head -n 1)}"
 }
 
 main() {

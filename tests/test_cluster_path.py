@@ -37,8 +37,16 @@ def test_a_job_asks_for_cores_and_memory_per_gpu_and_whole_nodes(gpus, nodes, th
     config = config_with(gpus)
     assert resources.nodes(config, "m") == nodes and resources.threads(config, "m") == threads
     assert resources.mem_mb(config, "m") == mem_mb and resources.mem_mb(config, "m", attempt=2) == 2 * mem_mb
-    assert resources.slurm_extra(config, "m") == extra
+    assert resources.slurm_extra(config, "m", job_minutes=1440) == extra
     assert resources.problems(config) == []
+
+
+def test_a_short_jobs_signal_comes_a_fifth_of_it_before_its_limit():
+    """SLURM sends a signal whose lead is longer than what is left of the job at once: a 1-minute job would be
+    stopped as it starts."""
+    assert resources.signal_lead(config_with(1), 1440) == 240
+    assert resources.signal_lead(config_with(1), 1) == 12
+    assert resources.slurm_extra(config_with(1), "m", job_minutes=1) == "--signal=TERM@12"
 
 
 def test_gpus_that_do_not_fill_whole_nodes_are_refused():
@@ -78,25 +86,51 @@ def test_each_rank_gets_its_share_of_the_nodes_cores():
     assert launcher.threads_per_rank(1, 0) == 1
 
 
+def slurm(answers):
+    """A stand-in for squeue and scontrol: their output by command name."""
+    def run(argv, **kwargs):
+        return SimpleNamespace(returncode=0, stdout=answers[argv[0]], stderr="")
+    return run
+
+
+# What a job's shell has of SLURM's variables under the executor plugin's mpi mode (jobstep 0.6.1 keeps these)
+MPI_MODE_ENV = {"SLURM_JOB_ID": "1234", "SLURM_SUBMIT_DIR": "/work", "SLURM_CLUSTER_NAME": "c"}
+
+
 def test_a_multi_node_cell_is_one_torchrun_a_node_under_srun_meeting_on_the_first_host():
-    env = {"SLURM_JOB_ID": "1234", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "gpu[07-08]"}
-    listed = lambda argv, **kwargs: SimpleNamespace(returncode=0, stdout="gpu07\ngpu08\n", stderr="")  # noqa: E731
-    assert torchrun.first_host(env, run=listed) == "gpu07"
-    command = torchrun.multi_node_command(2, 8, ["-m", "merit_repro.train", "--config", "c.yaml"], env, host="gpu07")
-    assert command[:5] == ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
+    run = slurm({"squeue": "2 gpu[07-08]\n", "scontrol": "gpu07\ngpu08\n"})
+    hosts = torchrun.check_nodes(2, MPI_MODE_ENV, run=run)
+    assert hosts == "gpu[07-08]" and torchrun.first_host(hosts, run=run) == "gpu07"
+    command = torchrun.multi_node_command(2, 8, 64, ["-m", "merit_repro.train", "--config", "c.yaml"], "1234", "gpu07")
+    assert command[:8] == ["srun", "--jobid=1234", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1",
+                           "--cpus-per-task=64", "--gpus-per-node=8", "--kill-on-bad-exit=1"]
     torchrun_args = command[command.index("merit_repro.launch.torchrun") + 1:]
     assert torchrun_args == ["--nnodes", "2", "--nproc_per_node", "8", "--rdzv-backend", "c10d", "--rdzv-endpoint",
                              "gpu07:29634", "--rdzv-id", "merit-1234", "-m", "merit_repro.train", "--config", "c.yaml"]
-    torchrun.check_nodes(2, env)
 
 
-@pytest.mark.parametrize("env, message", [
-    ({}, "only a SLURM job of that many nodes can give"),
-    ({"SLURM_JOB_ID": "1", "SLURM_JOB_NUM_NODES": "1"}, "spans 2 nodes but its SLURM job has 1"),
+@pytest.mark.parametrize("env, answers, message", [
+    ({}, {}, "only a SLURM job of that many nodes can give"),
+    (MPI_MODE_ENV, {"squeue": "1 gpu07\n"}, "spans 2 nodes but its SLURM job has 1"),
+    (MPI_MODE_ENV, {"squeue": ""}, "cannot read the nodes of SLURM job 1234 from squeue"),
 ])
-def test_a_multi_node_cell_without_its_nodes_is_refused(env, message):
+def test_a_multi_node_cell_without_its_nodes_is_refused(env, answers, message):
     with pytest.raises(UserError, match=message):
-        torchrun.check_nodes(2, env)
+        torchrun.check_nodes(2, env, run=slurm(answers))
+
+
+def test_hosts_that_scontrol_cannot_list_are_one_error():
+    def broken(argv, **kwargs):
+        return SimpleNamespace(returncode=1, stdout="", stderr="Invalid hostlist")
+    with pytest.raises(UserError, match="cannot list the hosts of 'gpu\\[07'"):
+        torchrun.first_host("gpu[07", run=broken)
+
+
+@pytest.mark.parametrize("gpus, nodes, message", [(16, 0, "at least one node"), (0, 2, "at least one, on each"),
+                                                  (12, 8, "the same number of GPUs")])
+def test_a_launch_whose_gpus_do_not_fill_its_nodes_is_refused(gpus, nodes, message):
+    with pytest.raises(UserError, match=message):
+        launcher.check_layout(gpus, nodes)
 
 
 def test_the_launcher_refuses_it_in_one_line_before_anything_starts(tmp_path):
@@ -138,14 +172,14 @@ def host_agreement_rank(rank, init_file, results):
     from merit_repro.train.distributed import HostAgreement
 
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
-    agreement = HostAgreement(2, own_group=True)   # as under NCCL: a gloo group of its own beside the ranks' group
+    agreement = HostAgreement(2, own_group=True)   # the NCCL branch: a gloo group of its own beside the ranks' group
     assert agreement.group is not None
     results.put((rank, agreement.max([rank, 1 - rank, 0.5])))
     agreement.barrier()
     dist.destroy_process_group()
 
 
-def test_the_host_side_gloo_group_agrees_beside_a_second_backend(tmp_path):
+def test_the_host_side_gloo_group_agrees_beside_the_ranks_group(tmp_path):
     ctx = torch.multiprocessing.get_context("spawn")
     results = ctx.Queue()
     procs = [ctx.Process(target=host_agreement_rank, args=(rank, tmp_path / "init", results)) for rank in range(2)]
@@ -162,7 +196,7 @@ GiB = 2**30
 
 @pytest.mark.parametrize("message", [
     "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
-    "cuDNN error: CUDNN_STATUS_NOT_INITIALIZED",
+    "cuDNN error: CUDNN_STATUS_ALLOC_FAILED",
     "CUDA error: out of memory",
 ])
 def test_an_allocation_failure_from_cublas_or_cudnn_is_a_micro_batch_that_does_not_fit(monkeypatch, message):
@@ -172,11 +206,12 @@ def test_an_allocation_failure_from_cublas_or_cudnn_is_a_micro_batch_that_does_n
     assert memory.peak_bytes_of_step(model, 8, 16, "cpu", None) is None
 
 
-def test_another_runtime_error_is_not_taken_for_one(monkeypatch):
+@pytest.mark.parametrize("message", ["shape mismatch", "CUDA error: CUBLAS_STATUS_NOT_INITIALIZED"])
+def test_another_runtime_error_is_not_taken_for_one(monkeypatch, message):
     model = GPT(GPTConfig.named("demo-tiny", block_size=16, vocab_size=64))
     monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device: None)
-    monkeypatch.setattr(model, "forward", lambda x, y: (_ for _ in ()).throw(RuntimeError("shape mismatch")))
-    with pytest.raises(RuntimeError, match="shape mismatch"):
+    monkeypatch.setattr(model, "forward", lambda x, y: (_ for _ in ()).throw(RuntimeError(message)))
+    with pytest.raises(RuntimeError, match=message):
         memory.peak_bytes_of_step(model, 8, 16, "cpu", None)
 
 

@@ -64,11 +64,16 @@ def sourced(tmp_path, command, cuda):
     return subprocess.run(["bash", "-c", f"source {script}; {command}"], capture_output=True, text=True, env=env)
 
 
-@pytest.mark.parametrize("cuda, wheel", [("13.1", "cu130"), ("12.9", "cu128"), ("12.6", "cu126"), ("12.5", "cu124"),
+@pytest.mark.parametrize("cuda, wheel", [("13.1", "cu130"), ("12.9", "cu128"), ("12.6", "cu126"), ("12.5", ""),
                                          ("11.4", "")])
 def test_the_script_picks_the_newest_torch_build_the_driver_supports(tmp_path, cuda, wheel):
     r = sourced(tmp_path, "wheel_for $(driver_cuda)", cuda)
     assert r.returncode == 0 and r.stdout.strip() == wheel
+
+
+def test_the_script_installs_the_torch_that_setup_pins(tmp_path):
+    r = sourced(tmp_path, f"cd {common.REPO} && torch_requirement", "12.8")
+    assert r.returncode == 0 and r.stdout.strip() == f"torch=={torch.__version__.split('+')[0]}"
 
 
 def test_a_driver_older_than_every_build_is_one_error_line_before_any_install(tmp_path):

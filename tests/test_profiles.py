@@ -97,15 +97,15 @@ def test_the_paper_plan_on_slurm_asks_for_no_job_longer_than_the_limit_and_resou
     assert len(one_node) == 241 and len(two_nodes) == 15   # the 15 GPT-2 Large cells span two nodes
     for resources, shell in one_node:
         assert resources["gpu"] == "2" and resources["nodes"] == "1" and resources["mem_mb"] == "64000"
-        assert resources["slurm_extra"] == "--signal=TERM@240" and "--gpus 2 --nodes 1 --threads 16 " in shell
+        assert resources["slurm_extra"] == "--signal=TERM@240" and "--gpus 2 --nodes 1 --threads 8 " in shell
         assert shell.startswith("exec 3>&2; MERIT_ERROR_FD=3 exec ")
-    call = sbatch_call(one_node[0][0], threads=16)
-    assert "--mem 64000 --nodes=1" in call and "--cpus-per-task=16 --signal=TERM@240" in call
+    call = sbatch_call(one_node[0][0], threads=8)
+    assert "--mem 64000 --nodes=1" in call and "--cpus-per-task=8 --signal=TERM@240" in call
     for resources, shell in two_nodes:
         assert (resources["gpu"], resources["nodes"], resources["tasks"], resources["mpi"]) == ("0", "2", "2", "srun")
-        assert resources["mem_mb"] == "128000" and "--gpus 8 --nodes 2 --threads 32 " in shell
-    call = sbatch_call(two_nodes[0][0], threads=32)
-    assert "--mem 128000 --nodes=2" in call and "--ntasks=2 --cpus-per-task=32" in call
+        assert resources["mem_mb"] == "128000" and "--gpus 8 --nodes 2 --threads 16 " in shell
+    call = sbatch_call(two_nodes[0][0], threads=16)
+    assert "--mem 128000 --nodes=2" in call and "--ntasks=2 --cpus-per-task=16" in call
     assert call.endswith("--signal=TERM@240 --gpus-per-node=4 --ntasks-per-node=1")
     runtimes = [int(m) for m in re.findall(r"runtime=(\d+)", out)]
     trains = len(re.findall(r"rule train(?:_nodes)?:", out))

@@ -10,7 +10,8 @@ TRAIN_RESOURCES = dict(
     mem_mb=lambda wc, attempt: job_resources.mem_mb(config, wc.model, attempt),
     runtime=lambda wc, attempt: math.ceil(job_minutes(wc, attempt)),
     time_budget_s=lambda wc, attempt: time_budget_seconds(wc, attempt),
-    slurm_extra=lambda wc: job_resources.slurm_extra(config, wc.model),
+    slurm_extra=lambda wc, attempt: job_resources.slurm_extra(config, wc.model, job_minutes(wc, attempt)),
+    signal_lead_s=lambda wc, attempt: job_resources.signal_lead(config, job_minutes(wc, attempt)),
     # how the cell runs (save_model, compile, ...): a resource, so that changing it retrains nothing
     run_settings=lambda wc: json.dumps(split_settings(cell_of(wc))[1], sort_keys=True),
 )
@@ -38,13 +39,11 @@ rule train:
         python=EXEC_PYTHON,
         cell=lambda wc: json.dumps(split_settings(cell_of(wc))[0], sort_keys=True),
         gpus=lambda wc: grid.model_gpus(config, wc.model),
-        nodes=lambda wc: job_resources.nodes(config, wc.model),
-        lead=config["signal_lead_seconds"],
         out_dir=lambda wc, output: str(Path(output.summary).parent),
     shell:
         "{params.python} -m merit_repro.launch --cell {params.cell:q} --run-settings {resources.run_settings:q} "
-        "--out {params.out_dir:q} --gpus {params.gpus} --nodes {params.nodes} --threads {threads} "
-        "--time-budget-seconds {resources.time_budget_s} --signal-lead-seconds {params.lead} > {log:q} 2>&1"
+        "--out {params.out_dir:q} --gpus {params.gpus} --nodes {resources.nodes} --threads {threads} "
+        "--time-budget-seconds {resources.time_budget_s} --signal-lead-seconds {resources.signal_lead_s} > {log:q} 2>&1"
 
 
 if MULTI_NODE_MODELS:

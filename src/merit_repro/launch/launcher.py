@@ -52,8 +52,9 @@ def slurm_end_time(environ=None, run=subprocess.run):
 def stop_time(time_budget_seconds, signal_lead_seconds=240, start=JOB_START, end=None):
     """When the trainer must have checkpointed and exited, or None without a limit: the job's end (the
     scheduler's end time when it gives one, else the start of this process plus the budget, whichever comes
-    first) less the signal lead, so that it has stopped before the scheduler's SIGTERM. A short budget keeps a
-    fifth of itself instead. The trainer stops earlier still by its measured step and checkpoint times."""
+    first) less the signal lead, so that it has usually stopped before the scheduler's SIGTERM (SLURM may send
+    it up to a minute early: the trainer then stops on it and saves the same). A short budget keeps a fifth of
+    itself instead. The trainer stops earlier still by its measured step and checkpoint times."""
     limits = [t for t in (end, start + time_budget_seconds if time_budget_seconds else None) if t]
     if not limits:
         return None
@@ -65,11 +66,13 @@ def train_argv(config_path, out_dir, stop_at=None):
     return ["--config", str(config_path), "--out", str(out_dir), *(["--stop-at", f"{stop_at:.3f}"] if stop_at else [])]
 
 
-def train_command(config_path, out_dir, gpus, stop_at=None, nodes=1, environ=None):
-    """The command that trains the cell: the trainer, torchrun on this node, or srun of one torchrun a node."""
+def train_command(config_path, out_dir, gpus, stop_at=None, nodes=1, threads=1, hosts=None):
+    """The command that trains the cell: the trainer, torchrun on this node, or srun of one torchrun a node (on
+    the job's hosts)."""
     train = ["-m", "merit_repro.train", *train_argv(config_path, out_dir, stop_at)]
     if nodes > 1:
-        return torchrun.multi_node_command(nodes, gpus // nodes, train, os.environ if environ is None else environ)
+        return torchrun.multi_node_command(nodes, gpus // nodes, threads, train, os.environ["SLURM_JOB_ID"],
+                                           torchrun.first_host(hosts))
     if gpus > 1:
         return [sys.executable, "-m", "merit_repro.launch.torchrun", "--standalone", "--nproc_per_node", str(gpus), *train]
     return [sys.executable, *train]
@@ -78,6 +81,14 @@ def train_command(config_path, out_dir, gpus, stop_at=None, nodes=1, environ=Non
 def threads_per_rank(threads, gpus, nodes=1):
     """OpenMP threads of each rank: the node's cores shared by its ranks."""
     return max(1, threads // max(1, gpus // nodes))
+
+
+def check_layout(gpus, nodes):
+    if nodes < 1 or gpus < 0:
+        raise UserError(f"--nodes {nodes} --gpus {gpus}: a cell needs at least one node and no negative GPU count")
+    if nodes > 1 and (gpus < nodes or gpus % nodes):
+        raise UserError(f"--gpus {gpus} over --nodes {nodes}: a cell over several nodes needs the same number of GPUs, "
+                        "at least one, on each")
 
 
 def check_visible(gpus, nodes, device):
@@ -97,8 +108,8 @@ def launch_cell(cell, out_dir, gpus=0, threads=1, time_budget_seconds=None, node
     # says device: cpu on purpose.
     device = "cpu" if gpus == 0 else ("cuda" if cell.get("device", "auto") == "auto" else cell["device"])
     scheduler_assigns_gpus = "SLURM_JOB_ID" in os.environ
-    if nodes > 1:
-        torchrun.check_nodes(nodes, os.environ)
+    check_layout(gpus, nodes)
+    hosts = torchrun.check_nodes(nodes, os.environ) if nodes > 1 else None
     check_visible(gpus, nodes, device)
     out_dir.mkdir(parents=True, exist_ok=True)
     cell = {**cell, "device": device}
@@ -113,8 +124,11 @@ def launch_cell(cell, out_dir, gpus=0, threads=1, time_budget_seconds=None, node
     end = slurm_end_time()
     stop_at = stop_time(time_budget_seconds, signal_lead_seconds, end=end)
     if stop_at:
-        print(f"[launch] the job ends at {time.ctime(min(t for t in (end, JOB_START + (time_budget_seconds or 0)) if t))} "
-              f"({'the scheduler' if end else 'its time budget'}); training stops by {time.ctime(stop_at)}", flush=True)
+        budget_end = JOB_START + time_budget_seconds if time_budget_seconds else None
+        by_scheduler = end is not None and (budget_end is None or end <= budget_end)
+        print(f"[launch] the job ends at {time.ctime(end if by_scheduler else budget_end)} ("
+              f"{'the scheduler' if by_scheduler else 'its time budget'}); training stops by {time.ctime(stop_at)}",
+              flush=True)
     if warmstart.enabled(gpus):
         code = warmstart.run_train(
             train_argv(config_path, out_dir, stop_at), env,
@@ -128,7 +142,7 @@ def launch_cell(cell, out_dir, gpus=0, threads=1, time_budget_seconds=None, node
         if devices is not None:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
             print(f"[launch] GPU slots {','.join(devices)}", flush=True)
-        command = train_command(config_path, out_dir, gpus, stop_at, nodes)
+        command = train_command(config_path, out_dir, gpus, stop_at, nodes, threads, hosts)
         if nodes > 1:
             print(f"[launch] {nodes} nodes: {' '.join(command[:command.index('-m')])} ...", flush=True)
         return run_forwarding_signals(command, env, forward=not scheduler_assigns_gpus)
@@ -138,15 +152,19 @@ def run_forwarding_signals(command, env, forward=True):
     """Run command and return its exit code, outliving SIGTERM/SIGINT: they reach the command through this process,
     unless the scheduler signals every process of the job itself (SLURM: each process of a step), where a second
     copy could cut short torchrun's grace for the ranks to save."""
-    started = []
+    started, pending = [], []
 
     def pass_on(signum, frame):
         if forward and started:
             started[0].send_signal(signum)
+        elif forward:
+            pending.append(signum)   # before the command exists: sent to it as soon as it does
 
     previous = {s: signal.signal(s, pass_on) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         started.append(subprocess.Popen(command, env=env))
+        for signum in pending:
+            started[0].send_signal(signum)
         return started[0].wait()
     finally:
         for s, handler in previous.items():
@@ -172,9 +190,8 @@ def main(argv=None):
     cell = {**json.loads(args.cell), **json.loads(args.run_settings)}
     code = launch_cell(cell, args.out, args.gpus, args.threads, args.time_budget_seconds or None, args.nodes,
                        args.signal_lead_seconds)
-    code = code if code >= 0 else 128 - code   # killed by a signal: the shell's convention
-    if code in torchrun.STOP_CODES:
+    if code in torchrun.STOP_CODES:   # the trainer's own exit after its checkpoint, not a death by a signal
         to_console(f"[launch] {args.out}: stopped with its checkpoint, exit {code} ({STOPS[code]}); a retry resumes it")
-    return code
+    return code if code >= 0 else 128 - code   # killed by a signal: the shell's convention
 
 

@@ -48,38 +48,57 @@ def with_grace(argv, supported=True, environ=None):
     return ["--shutdown-timeout", str(SHUTDOWN_GRACE_SECONDS), *argv]
 
 
-def check_nodes(nodes, environ):
-    """A cell over several nodes runs only in a SLURM job of that many nodes: one error line otherwise."""
-    have = environ.get("SLURM_JOB_NUM_NODES") or environ.get("SLURM_NNODES")
+def job_nodes(environ, run=None):
+    """(node count, host list) of the SLURM job this runs in, from squeue: a job's shell under the SLURM executor
+    plugin's mpi mode keeps SLURM_JOB_ID but not SLURM_JOB_NUM_NODES or SLURM_JOB_NODELIST."""
+    import subprocess
+
+    run = run or subprocess.run
+    try:
+        r = run(["squeue", "-h", "-j", environ["SLURM_JOB_ID"], "-o", "%D %N"], capture_output=True, text=True,
+                timeout=30)
+        count, hosts = r.stdout.split()
+        return int(count), hosts
+    except (OSError, subprocess.TimeoutExpired, ValueError) as err:
+        raise UserError(f"cannot read the nodes of SLURM job {environ['SLURM_JOB_ID']} from squeue ({err}); run the "
+                        "cell where squeue answers") from None
+
+
+def check_nodes(nodes, environ, run=None):
+    """A cell over several nodes runs only in a SLURM job of that many nodes: one error line otherwise. Returns
+    the job's host list."""
     if not environ.get("SLURM_JOB_ID"):
         raise UserError(f"this cell spans {nodes} nodes (models.<name>.gpus over gpus_per_node), which only a SLURM "
                         "job of that many nodes can give (snakemake --workflow-profile profiles/slurm); on one machine "
                         "give the model at most gpus_per_node GPUs")
-    if not have or int(have) < nodes:
-        raise UserError(f"this cell spans {nodes} nodes but its SLURM job has {have or 'an unknown number of'}; the "
-                        f"train rule asks for --nodes={nodes}: a profile or site option that replaces it (nodes, "
-                        "slurm_extra) must keep it")
+    have, hosts = job_nodes(environ, run)
+    if have < nodes:
+        raise UserError(f"this cell spans {nodes} nodes but its SLURM job has {have}; the train rule asks for "
+                        f"--nodes={nodes}: a profile or site option that replaces it (nodes, slurm_extra) must keep it")
+    return hosts
 
 
-def first_host(environ, run=None):
-    """The first host of the job's nodes (the rendezvous), by `scontrol show hostnames`."""
+def first_host(hosts, run=None):
+    """The first host of a SLURM host list ("gpu[07-08]"), the rendezvous, by `scontrol show hostnames`."""
     import subprocess
 
     run = run or subprocess.run
-    r = run(["scontrol", "show", "hostnames", environ["SLURM_JOB_NODELIST"]], capture_output=True, text=True,
-            timeout=30)
-    hosts = r.stdout.split()
-    if r.returncode or not hosts:
-        raise UserError(f"cannot list the hosts of SLURM_JOB_NODELIST={environ['SLURM_JOB_NODELIST']!r} "
-                        f"(scontrol: {r.stderr.strip()[:200]}); run the cell where scontrol works")
-    return hosts[0]
+    try:
+        r = run(["scontrol", "show", "hostnames", hosts], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise UserError(f"cannot list the hosts of {hosts!r} ({err}); run the cell where scontrol answers") from None
+    names = r.stdout.split()
+    if r.returncode or not names:
+        raise UserError(f"cannot list the hosts of {hosts!r} (scontrol: {r.stderr.strip()[:200]}); run the cell where "
+                        "scontrol works")
+    return names[0]
 
 
-def multi_node_command(nodes, gpus_per_node, train, environ, host=None):
-    """srun of one torchrun per node, meeting at a c10d rendezvous on the first host; the job's id names it."""
-    job = environ["SLURM_JOB_ID"]
-    host = host or first_host(environ)
-    return ["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
+def multi_node_command(nodes, gpus_per_node, threads, train, job, host):
+    """srun of one torchrun per node in SLURM job `job`, meeting at a c10d rendezvous on `host`, each with the
+    node's cores and GPUs (srun inherits neither from the job since SLURM 22.05)."""
+    return ["srun", f"--jobid={job}", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",
+            f"--cpus-per-task={threads}", f"--gpus-per-node={gpus_per_node}", "--kill-on-bad-exit=1",
             sys.executable, "-m", "merit_repro.launch.torchrun", "--nnodes", str(nodes),
             "--nproc_per_node", str(gpus_per_node), "--rdzv-backend", "c10d",
             "--rdzv-endpoint", f"{host}:{RENDEZVOUS_PORT + int(job) % 1000}", "--rdzv-id", f"merit-{job}", *train]

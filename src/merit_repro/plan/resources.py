@@ -39,11 +39,17 @@ def multi_node(config, model):
     return nodes(config, model) > 1
 
 
-def slurm_extra(config, model):
-    """sbatch options of a training job: SIGTERM signal_lead_seconds before its limit, so that the trainer
-    checkpoints (the trainer also stops that long, plus its measured save time, before the job's end on its own);
+def signal_lead(config, job_minutes):
+    """Seconds between the scheduler's SIGTERM and a job's limit: signal_lead_seconds, at most a fifth of a short
+    job (SLURM sends a signal whose lead exceeds what is left of the job at once, when training has hardly begun)."""
+    return math.ceil(min(with_defaults(config, "signal_lead_seconds"), 0.2 * 60 * job_minutes))
+
+
+def slurm_extra(config, model, job_minutes):
+    """sbatch options of a training job: SIGTERM signal_lead() before its limit, so that the trainer checkpoints
+    (the trainer also stops that long, plus its measured step and save times, before the job's end on its own);
     a cell over several nodes asks for its GPUs per node and one task per node."""
-    options = [f"--signal=TERM@{math.ceil(with_defaults(config, 'signal_lead_seconds'))}"]
+    options = [f"--signal=TERM@{signal_lead(config, job_minutes)}"]
     if multi_node(config, model):
         options += [f"--gpus-per-node={gpus_per_node(config, model)}", "--ntasks-per-node=1"]
     return " ".join(options)

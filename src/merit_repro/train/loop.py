@@ -96,8 +96,11 @@ class Run:
             cfg.model, block_size=cfg.block_size, vocab_size=padded_vocab_size(self.meta["vocab_size"]),
             qk_norm=cfg.qk_norm,
             **{k: getattr(cfg, k) for k in ("n_layer", "n_head", "n_embd") if getattr(cfg, k) is not None})
-        with self.device:   # built on its device: no fp32 copy of a large model in each rank's host memory
-            self.model = build_model(self.model_config)
+        # Rank 0 draws the initial weights from the CPU's generator (the same on any GPU model, and as every CPU
+        # run); DDP broadcasts them to the other ranks, which build on their own GPU, so that a node's host
+        # memory holds one fp32 copy of a large model, not one per rank.
+        with torch.device("cpu") if self.master else self.device:
+            self.model = build_model(self.model_config).to(self.device)
         self.optimizer = build(cfg.optimizer, param_groups(self.model, cfg.weight_decay),
                                **fastest_on(self.device, cfg.optimizer, cfg.optimizer_kwargs()))
         self.flops_per_token = self.model.flops_per_token()

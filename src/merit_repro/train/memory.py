@@ -37,14 +37,14 @@ def unmeasured_bytes(model, world_size):
     return param_bytes * (MOMENTS + STEP_BUFFERS + (1 if world_size > 1 else 0))
 
 
+# (Not cuBLAS' NOT_INITIALIZED, which a handle created short of memory can also read: a broken CUDA install
+# reads the same, and would pass for "no micro-batch fits".)
 ALLOCATION_FAILURES = ("out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED",
-                       "CUBLAS_STATUS_NOT_INITIALIZED", "CUDNN_STATUS_NOT_INITIALIZED", "cudaErrorMemoryAllocation",
-                       "CUDA driver error: out of memory")
+                       "cudaErrorMemoryAllocation")
 
 
 def is_allocation_failure(err):
-    """An error that means the device ran out of memory (cuBLAS and cuDNN say so in RuntimeErrors of their own;
-    a handle they cannot create for want of memory reads NOT_INITIALIZED)."""
+    """An error that means the device ran out of memory (cuBLAS and cuDNN say so in RuntimeErrors of their own)."""
     return isinstance(err, torch.OutOfMemoryError) or (
         isinstance(err, RuntimeError) and any(sign in str(err) for sign in ALLOCATION_FAILURES))
 
