@@ -157,15 +157,15 @@ def test_a_signalled_job_saves_a_slow_checkpoint_is_retried_and_resumes_to_ident
     config["models"]["T"]["gpus"] = 1  # asks SLURM for a (fake) GPU: --gpus=1 ...
     config["cell_defaults"].update(checkpoint_every=10**6, device="cpu")   # ... trains on the CPU, on purpose,
     config["experiments"] = {"one": {"models": ["T"], "tokens": 32 * 8 * 80, "optimizers": ["merit"],   # and saves
-                                     "batch_sizes": [8], "lr_grid": {"merit": [5e-3]}, "artifacts": ["loss_curves"]}}
+                                     "batch_sizes": [8], "lr_grid": {"merit": [5e-3]}, "artifacts": []}}
     cell = "results/runs/T/20480/merit/bs8/lr5e-3/seed0"
     local = workflow_dir(tmp_path, "local", config)
-    r = subprocess.run([sys.executable, "-m", "snakemake", "--configfile", "cfg.yaml", "--cores", "1"], cwd=local,
-                       capture_output=True, text=True, env={**os.environ, "MERIT_GPUS": "1",
-                                                            "MERIT_GPU_LOCK_DIR": str(tmp_path / "locks")})
+    r = subprocess.run([sys.executable, "-m", "snakemake", f"{cell}/summary.json", "--configfile", "cfg.yaml",
+                        "--cores", "1"], cwd=local, capture_output=True, text=True,
+                       env={**os.environ, "MERIT_GPUS": "1", "MERIT_GPU_LOCK_DIR": str(tmp_path / "locks")})
     assert r.returncode == 0, r.stderr[-3000:]
     cluster = workflow_dir(tmp_path, "cluster", config)
-    cmd = [sys.executable, "-m", "snakemake", "--configfile", "cfg.yaml", *SLURM_OVERRIDES]
+    cmd = [sys.executable, "-m", "snakemake", f"{cell}/summary.json", "--configfile", "cfg.yaml", *SLURM_OVERRIDES]
     proc = subprocess.Popen(cmd, cwd=cluster, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, **slow_save_env(tmp_path, save_seconds)})
     metrics = cluster / cell / "metrics.csv"
