@@ -51,6 +51,12 @@ def cli(main):
     return wrapper
 
 
+def lead_within(lead_seconds, job_seconds):
+    """Seconds between a scheduler's SIGTERM and a job's limit: lead_seconds, at most a fifth of a short job (SLURM
+    sends a signal whose lead exceeds what is left of the job at once, when training has hardly begun)."""
+    return min(lead_seconds, 0.2 * job_seconds) if job_seconds else lead_seconds
+
+
 ERROR_FD = "MERIT_ERROR_FD"
 _console = None
 

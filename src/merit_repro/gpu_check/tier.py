@@ -1,27 +1,18 @@
 """Part 8: the one-GPU tier's cost from a measurement, not an assumed MFU. One cell of config/gpu1.yaml's model
 (GPT-2 Small, context 1024, GPT-2's vocabulary) trains a few steps through the trainer's own path
 (``python -m merit_repro.launch``: bf16, the fitted micro-batch, ``compile: true``); its tokens/s (the trainer's
-timed steps, compilation excluded) go to ``merit_repro.plan.cost --tokens-per-s-per-gpu`` for config/gpu1.yaml,
-whose GPU-hours, tuning's bound included, must fit the tier's day."""
+timed steps, compilation excluded) price config/gpu1.yaml as ``merit_repro.plan.cost --tokens-per-s-per-gpu`` does:
+its GPU-hours, tuning's bound included (``merit_repro.plan.cost.gpu_hours``), must fit the tier's day."""
 
 import json
 import sys
 from pathlib import Path
 
+from merit_repro.plan.cost import gpu_hours
+
 from .common import REPO, corpus, first_line, run_command
 
 TIER_HOURS = 24
-
-
-def cost_hours(config, tokens_per_s):
-    """(GPU-hours, + tuning at most) of the config at a measured throughput, from merit_repro.plan.cost's total."""
-    r = run_command([sys.executable, "-m", "merit_repro.plan.cost", "--configfile", str(config),
-                     "--tokens-per-s-per-gpu", f"{tokens_per_s:.1f}"], 300, cwd=REPO)
-    if r.returncode:
-        raise RuntimeError(f"merit_repro.plan.cost failed: {first_line(r.stderr)}")
-    total = next(line for line in r.stdout.splitlines() if line.startswith("total (distinct cells)"))
-    *_, hours, tuning, _, _ = total.split()
-    return float(hours.replace(",", "")), float(tuning.replace(",", ""))
 
 
 def judge_tier(code, summary, hours, device_type, log_tail=""):
@@ -51,6 +42,6 @@ def part_tier(plan, device, workdir):
     summary_path = folder / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
     tokens_per_s = (summary or {}).get("tokens_per_s")
-    hours = cost_hours(REPO / plan.tier_config, tokens_per_s) if r.returncode == 0 and tokens_per_s else None
+    hours = gpu_hours(REPO / plan.tier_config, tokens_per_s) if r.returncode == 0 and tokens_per_s else None
     return judge_tier(r.returncode, summary, hours, device.type, first_line((r.stdout + r.stderr).splitlines()[-1]
                                                                              if (r.stdout + r.stderr).strip() else ""))

@@ -25,14 +25,13 @@ from pathlib import Path
 
 import yaml
 
-from merit_repro.utils import UserError, atomic_write_bytes, cli, to_console
+from merit_repro.utils import UserError, atomic_write_bytes, cli, lead_within, to_console
 
 from . import torchrun, warmstart
 from .gpu_slots import device_pool, gpu_slots
 
 JOB_START = time.time()   # this module is imported first thing in a job
 SLURM_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S"
-STOPS = {75: "the job's time budget", 130: "SIGINT", 143: "SIGTERM"}   # torchrun.STOP_CODES
 
 
 def slurm_end_time(environ=None, run=subprocess.run):
@@ -49,17 +48,22 @@ def slurm_end_time(environ=None, run=subprocess.run):
         return None
 
 
+def job_end(time_budget_seconds, start=JOB_START, end=None):
+    """(when the job ends, who says so): the scheduler's end time or the start of this process plus the budget,
+    whichever comes first; (None, None) without either."""
+    limits = [(t, who) for t, who in ((end, "the scheduler"),
+                                      (start + time_budget_seconds if time_budget_seconds else None, "its time budget"))
+              if t]
+    return min(limits) if limits else (None, None)
+
+
 def stop_time(time_budget_seconds, signal_lead_seconds=240, start=JOB_START, end=None):
-    """When the trainer must have checkpointed and exited, or None without a limit: the job's end (the
-    scheduler's end time when it gives one, else the start of this process plus the budget, whichever comes
-    first) less the signal lead, so that it has usually stopped before the scheduler's SIGTERM (SLURM may send
-    it up to a minute early: the trainer then stops on it and saves the same). A short budget keeps a fifth of
-    itself instead. The trainer stops earlier still by its measured step and checkpoint times."""
-    limits = [t for t in (end, start + time_budget_seconds if time_budget_seconds else None) if t]
-    if not limits:
-        return None
-    lead = min(signal_lead_seconds, 0.2 * time_budget_seconds) if time_budget_seconds else signal_lead_seconds
-    return min(limits) - lead
+    """When the trainer must have checkpointed and exited, or None without a limit: the job's end less the signal
+    lead (a fifth of a short budget at most, merit_repro.utils.lead_within), so that it has usually stopped before
+    the scheduler's SIGTERM (SLURM may send it up to a minute early: the trainer then stops on it and saves the
+    same). The trainer stops earlier still by its measured step and checkpoint times."""
+    ends, _ = job_end(time_budget_seconds, start, end)
+    return ends - lead_within(signal_lead_seconds, time_budget_seconds) if ends else None
 
 
 def train_argv(config_path, out_dir, stop_at=None):
@@ -91,11 +95,11 @@ def check_layout(gpus, nodes):
                         "at least one, on each")
 
 
-def check_visible(gpus, nodes, device):
+def check_visible(gpus, nodes, device, scheduler):
     """The GPUs this node must see before anything starts a process per GPU to fail each."""
     if nodes > 1 or device == "cpu":
         return   # srun gives each node's torchrun its GPUs
-    visible = len(device_pool(scheduler="SLURM_JOB_ID" in os.environ))
+    visible = len(device_pool(scheduler=scheduler))
     if visible < gpus:
         raise UserError(f"this cell needs {gpus} GPUs but {visible} are visible (CUDA_VISIBLE_DEVICES="
                         f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')!r}, MERIT_GPUS="
@@ -110,7 +114,7 @@ def launch_cell(cell, out_dir, gpus=0, threads=1, time_budget_seconds=None, node
     scheduler_assigns_gpus = "SLURM_JOB_ID" in os.environ
     check_layout(gpus, nodes)
     hosts = torchrun.check_nodes(nodes, os.environ) if nodes > 1 else None
-    check_visible(gpus, nodes, device)
+    check_visible(gpus, nodes, device, scheduler_assigns_gpus)
     out_dir.mkdir(parents=True, exist_ok=True)
     cell = {**cell, "device": device}
     config_path = out_dir / "cell.yaml"
@@ -124,10 +128,8 @@ def launch_cell(cell, out_dir, gpus=0, threads=1, time_budget_seconds=None, node
     end = slurm_end_time()
     stop_at = stop_time(time_budget_seconds, signal_lead_seconds, end=end)
     if stop_at:
-        budget_end = JOB_START + time_budget_seconds if time_budget_seconds else None
-        by_scheduler = end is not None and (budget_end is None or end <= budget_end)
-        print(f"[launch] the job ends at {time.ctime(end if by_scheduler else budget_end)} ("
-              f"{'the scheduler' if by_scheduler else 'its time budget'}); training stops by {time.ctime(stop_at)}",
+        ends, who = job_end(time_budget_seconds, end=end)
+        print(f"[launch] the job ends at {time.ctime(ends)} ({who}); training stops by {time.ctime(stop_at)}",
               flush=True)
     if warmstart.enabled(gpus):
         code = warmstart.run_train(
@@ -180,7 +182,8 @@ def main(argv=None):
                         "passes the ones that do not change the result (merit_repro.plan.cell.RESOURCE_KEYS) here")
     parser.add_argument("--out", required=True, type=Path, help="run directory")
     parser.add_argument("--gpus", type=int, default=0, help="GPUs of the cell (0: CPU; more than 1: torchrun)")
-    parser.add_argument("--nodes", type=int, default=1, help="nodes of the cell (more than 1: srun, one torchrun a node)")
+    parser.add_argument("--nodes", type=int, default=1,
+                        help="nodes of the cell (more than 1: srun, one torchrun a node)")
     parser.add_argument("--threads", type=int, default=1, help="CPU cores of the job on each node, shared by its ranks")
     parser.add_argument("--time-budget-seconds", type=float, default=0,
                         help="the job's wall-time budget (0: none): the trainer checkpoints and exits before it")
@@ -191,7 +194,8 @@ def main(argv=None):
     code = launch_cell(cell, args.out, args.gpus, args.threads, args.time_budget_seconds or None, args.nodes,
                        args.signal_lead_seconds)
     if code in torchrun.STOP_CODES:   # the trainer's own exit after its checkpoint, not a death by a signal
-        to_console(f"[launch] {args.out}: stopped with its checkpoint, exit {code} ({STOPS[code]}); a retry resumes it")
+        to_console(f"[launch] {args.out}: stopped with its checkpoint, exit {code} ({torchrun.STOP_CODES[code]}); "
+                   "a retry resumes it")
     return code if code >= 0 else 128 - code   # killed by a signal: the shell's convention
 
 

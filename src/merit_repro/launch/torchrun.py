@@ -21,14 +21,15 @@ from merit_repro.utils import UserError
 
 SHUTDOWN_GRACE_SECONDS = 600
 RENDEZVOUS_PORT = 29400   # plus the job id modulo 1000: jobs that share a first node do not share a port
-STOP_CODES = {75, 130, 143}   # train.EXIT_TIME_BUDGET and train.EXIT_CODES (this module starts without torch)
+# train.EXIT_TIME_BUDGET and train.EXIT_CODES, and what stopped the run (this module starts without torch)
+STOP_CODES = {75: "the job's time budget", 130: "SIGINT", 143: "SIGTERM"}
 
 
 def stop_code(exit_codes):
     """The cell's exit code from its ranks' codes: the stop code they agreed on (ranks torchrun killed
     afterwards exit with a negative code), or 1 for any other failure."""
-    stops = set(exit_codes) & STOP_CODES
-    errors = {c for c in exit_codes if c > 0} - STOP_CODES
+    stops = set(exit_codes) & STOP_CODES.keys()
+    errors = {c for c in exit_codes if c > 0} - STOP_CODES.keys()
     return stops.pop() if len(stops) == 1 and not errors else 1
 
 

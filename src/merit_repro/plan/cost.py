@@ -54,6 +54,24 @@ def estimate(config):
     return rows, per_model
 
 
+def seconds_per_flop(config, peak_flops=989e12, mfu=0.4, tokens_per_s_per_gpu=None):
+    """GPU-seconds per training FLOP: at peak x MFU, or at a measured throughput of the config's largest model."""
+    if tokens_per_s_per_gpu:
+        biggest = max(config["models"], key=lambda m: flops_per_token(config, m)[0])
+        return 1 / (tokens_per_s_per_gpu * flops_per_token(config, biggest)[0])
+    return 1 / (peak_flops * mfu)
+
+
+def gpu_hours(configfile, tokens_per_s_per_gpu):
+    """(GPU-hours of the config's distinct cells, + what tuning can add at most) at a measured throughput."""
+    config = configfiles.load(configfile)
+    validate(config)
+    rows, _ = estimate(config)
+    _, _, _, flops, tuning = rows[-1]   # the total over distinct cells
+    per_flop = seconds_per_flop(config, tokens_per_s_per_gpu=tokens_per_s_per_gpu)
+    return flops * per_flop / 3600, tuning * per_flop / 3600
+
+
 @cli
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m merit_repro.plan.cost", description=__doc__,
@@ -73,10 +91,7 @@ def main(argv=None):
             raise UserError(f"--{flag.replace('_', '-')} {value:g} must be > 0")
     config = configfiles.load(args.configfile)
     validate(config)
-    gpu_seconds_per_flop = 1 / (args.peak_flops * args.mfu)
-    if args.tokens_per_s_per_gpu:
-        biggest = max(config["models"], key=lambda m: flops_per_token(config, m)[0])
-        gpu_seconds_per_flop = 1 / (args.tokens_per_s_per_gpu * flops_per_token(config, biggest)[0])
+    gpu_seconds_per_flop = seconds_per_flop(config, args.peak_flops, args.mfu, args.tokens_per_s_per_gpu)
     cpu_minutes_per_flop = 1 / (args.cpu_flops * args.cores) / 60
     rows, per_model = estimate(config)
     rate = (f"{args.tokens_per_s_per_gpu:,.0f} tokens/s per GPU (largest model)" if args.tokens_per_s_per_gpu

@@ -9,6 +9,7 @@ per node, merit_repro.launch.torchrun); cores and memory are per GPU, so that ea
 import math
 
 from merit_repro.config.configfiles import with_defaults
+from merit_repro.utils import lead_within
 
 from .grid import model_gpus
 
@@ -40,9 +41,8 @@ def multi_node(config, model):
 
 
 def signal_lead(config, job_minutes):
-    """Seconds between the scheduler's SIGTERM and a job's limit: signal_lead_seconds, at most a fifth of a short
-    job (SLURM sends a signal whose lead exceeds what is left of the job at once, when training has hardly begun)."""
-    return math.ceil(min(with_defaults(config, "signal_lead_seconds"), 0.2 * 60 * job_minutes))
+    """Whole seconds between the scheduler's SIGTERM and a job's limit (merit_repro.utils.lead_within)."""
+    return math.ceil(lead_within(with_defaults(config, "signal_lead_seconds"), 60 * job_minutes))
 
 
 def slurm_extra(config, model, job_minutes):

@@ -78,7 +78,7 @@ class Run:
     def __init__(self, cfg: CellConfig, out_dir, stop_at=None):
         self.cfg = cfg
         self.deadline = stop_at   # wall-clock time (epoch seconds) by which this job has checkpointed and exited
-        self.save_seconds = None   # the last checkpoint's save, timed
+        self.save_seconds = None   # the last checkpoint's save: timed, or estimated from its bytes until one is
         self.last_stop_check = None   # when the previous step's stops were agreed (epoch seconds)
         self.out = Path(out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
@@ -324,11 +324,11 @@ class Run:
         return now + step + self.save_estimate() > self.deadline
 
     def save_estimate(self):
-        if self.save_seconds is not None:
-            return self.save_seconds
-        tensors = [*self.model.parameters(), *(t for state in self.optimizer.state.values() for t in state.values()
-                                                if torch.is_tensor(t))]   # checked after a step: the state is there
-        return sum(t.numel() * t.element_size() for t in tensors) / ASSUMED_SAVE_BYTES_PER_SECOND
+        if self.save_seconds is None:   # once, after a step: the optimizer's state is there
+            tensors = [*self.model.parameters(), *(t for state in self.optimizer.state.values()
+                                                    for t in state.values() if torch.is_tensor(t))]
+            self.save_seconds = sum(t.numel() * t.element_size() for t in tensors) / ASSUMED_SAVE_BYTES_PER_SECOND
+        return self.save_seconds
 
     # -- resuming, checkpoints, records
 

@@ -64,9 +64,15 @@ def first_guess(divisors, peak_bytes, limit_bytes, extra_bytes):
 def largest_fitting(divisors, peak_bytes, limit_bytes, extra_bytes):
     """The first of divisors whose peak_bytes(d) + extra_bytes <= limit_bytes; peak_bytes returns None
     when the attempt ran out of memory."""
-    tried = []
-    for micro in first_guess(divisors, peak_bytes, limit_bytes, extra_bytes):
-        peak = peak_bytes(micro)
+    tried, measured = [], {}
+
+    def measure(micro):   # the estimate's sizes (1 and 2) are not measured again
+        if micro not in measured:
+            measured[micro] = peak_bytes(micro)
+        return measured[micro]
+
+    for micro in first_guess(divisors, measure, limit_bytes, extra_bytes):
+        peak = measure(micro)
         if peak is not None and peak + extra_bytes <= limit_bytes:
             return micro
         tried.append(f"{micro}: {'out of memory' if peak is None else f'{(peak + extra_bytes) / 2**30:.1f} GiB'}")
