@@ -62,17 +62,19 @@ def test_merit_alone_installs_into_an_empty_venv_and_trains(tmp_path):
     """torch is the same release as here (scripts/setup.sh's pin: the CPU wheel on these machines)."""
     wheel = built_wheel(tmp_path)
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = venv / "bin" / "python"
+    pip = [str(python), "-m", "pip"]
+    # Without the tests' PYTHONPATH (conftest: the checkout's src/): its merit_repro.egg-info, which an editable
+    # install leaves there, would count as merit-repro "already installed" and the wheel would be skipped.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     torch_pin = f"torch=={torch.__version__.split('+')[0]}"
-    r = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-compile",
-                        torch_pin, str(wheel)], capture_output=True, text=True)
+    r = subprocess.run([*pip, "install", "-q", "--no-compile", torch_pin, str(wheel)], capture_output=True, text=True,
+                       env=env)
     assert r.returncode == 0, r.stderr[-3000:]
-    r = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "list", "--format", "json"],
-                       capture_output=True, text=True)
+    r = subprocess.run([*pip, "list", "--format", "json"], capture_output=True, text=True, env=env)
     installed = {p["name"].lower().replace("_", "-") for p in json.loads(r.stdout)}
     assert "merit-repro" in installed and not installed & PIPELINE_ONLY, installed & PIPELINE_ONLY
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}   # the installed copy, not the checkout's
     r = subprocess.run([str(python), "-c", USE_IT], capture_output=True, text=True, cwd=tmp_path, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.splitlines()[-2].startswith(str(venv))
