@@ -124,7 +124,8 @@ def test_each_rank_restores_its_own_cuda_generator_whatever_the_gpu_count(monkey
 
 def test_a_checkpoint_saved_when_data_dir_was_part_of_a_cell_still_resumes(tmp_path):
     """Checkpoints from before data_dir became a location (its corpus's fingerprint is checked instead) record
-    it in their config; they resume, and a checkpoint of another cell is still refused."""
+    it in their config; they resume, as do those saved before optimizer_source was a key, and a checkpoint of
+    another cell is still refused."""
     from merit_repro.plan.cell import CellConfig, result_config
     from merit_repro.utils import UserError
 
@@ -134,6 +135,9 @@ def test_a_checkpoint_saved_when_data_dir_was_part_of_a_cell_still_resumes(tmp_p
     rest = {key: {} for key in checkpoint.KEYS}
     torch.save({**rest, "config": {**result_config(cfg), "data_dir": "results/data/x"},
                 "data_fingerprint": {"data": "f"}, "step": 3}, path)
+    assert checkpoint.load(path, cfg, {"data": "f"}, mmap=False)["step"] == 3
+    before_sources = {k: v for k, v in result_config(cfg).items() if k != "optimizer_source"}   # saved before it was a key
+    torch.save({**rest, "config": before_sources, "data_fingerprint": {"data": "f"}, "step": 3}, path)
     assert checkpoint.load(path, cfg, {"data": "f"}, mmap=False)["step"] == 3
     torch.save({**rest, "config": {**result_config(cfg), "lr": 2e-3}, "data_fingerprint": {"data": "f"}, "step": 3},
                path)

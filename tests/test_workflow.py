@@ -28,9 +28,9 @@ def copy_workflow(dest):
     return dest
 
 
-def snakemake(workdir, *args, config=TINY):
+def snakemake(workdir, *args, config=TINY, env=None):
     cmd = [sys.executable, "-m", "snakemake", *args, "--cores", "2", "--configfile", str(config)]  # nargs="+" last
-    return subprocess.run(cmd, cwd=workdir, capture_output=True, text=True)
+    return subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, env=env)
 
 
 def job_counts(dry_run_output):

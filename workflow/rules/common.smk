@@ -19,12 +19,12 @@ from snakemake.exceptions import WorkflowError
 from snakemake.settings.types import DeploymentMethod
 from snakemake.utils import validate
 
-from merit_repro.config import configfiles
-from merit_repro.config.registry import ARTIFACTS, OPTIMIZER_NAMES
+from merit_repro.config import configfiles, optimizer_sources
+from merit_repro.config.registry import ARTIFACTS
 from merit_repro.plan import grid, paths, runtime, tuning
 from merit_repro.plan import resources as job_resources
 from merit_repro.plan.cell import split_settings
-from merit_repro.plan.validate import corpus_problems, optimizer_settings, validate as check_config
+from merit_repro.plan.validate import corpus_problems, optimizer_settings, source_problems, validate as check_config
 from merit_repro.report import bundle
 from merit_repro.train import tracking
 from merit_repro.utils import UserError
@@ -44,6 +44,8 @@ try:  # refused before any job unless it verifies and was made with this config;
 except UserError as err:
     raise WorkflowError(str(err)) from None
 try:
+    if not BUNDLE:  # an optimizer from outside: its installed version, written in; a bundle's config has it already
+        optimizer_sources.pin(config)
     check_config(config)
 except ValueError as err:  # the key path and the fix, without a traceback
     raise WorkflowError(str(err)) from None
@@ -68,17 +70,20 @@ EXEC_PYTHON = f"exec 3>&2; MERIT_ERROR_FD=3 exec {shlex.quote(PYTHON)}"
 
 def preflight(log):
     """When a run starts (not while the workflow is parsed, and not in a dry run): corpora prepared with other
-    options than the config's, and every optimizer setting built once (merit_repro.optim.check, which needs
-    torch). Any problem stops the run before its first job, one `error:` line each."""
+    options than the config's, runs of an optimizer from outside trained with another version of its package, and
+    every optimizer setting built once (merit_repro.optim.check, which needs torch). Any problem stops the run
+    before its first job, one `error:` line each."""
     if BUNDLE:  # a rebuild from a bundle trains nothing and reads no corpus
         return
     settings = json.dumps(optimizer_settings(config), sort_keys=True)
     built = subprocess.run(
         [sys.executable, "-m", "merit_repro.optim.check", "--settings", settings], capture_output=True, text=True
     )
-    problems = corpus_problems(config) + [
-        line.removeprefix("error: ") for line in built.stderr.splitlines() if line.startswith("error: ")
-    ]
+    problems = (
+        corpus_problems(config)
+        + source_problems(config)
+        + [line.removeprefix("error: ") for line in built.stderr.splitlines() if line.startswith("error: ")]
+    )
     if built.returncode and not problems and CONDA and "No module named 'torch'" in built.stderr:
         print(
             "note: no torch beside Snakemake (--sdm conda): each training job builds its optimizer first",
@@ -124,7 +129,7 @@ def _alternatives(names):
 wildcard_constraints:
     model=_alternatives(config["models"]),
     tokens=r"[0-9][0-9.e]*",
-    optimizer=_alternatives(OPTIMIZER_NAMES),
+    optimizer=_alternatives(optimizer_sources.optimizer_names(config)),
     batch=r"[0-9]+",
     lr=r"[0-9][0-9.e-]*",
     seed=r"[0-9]+",

@@ -1,4 +1,5 @@
-"""Optimizers the experiments compare, by name: ``build(name, params, **hparams)``.
+"""Optimizers the experiments compare, by name: ``build(name, params, **hparams)``; one from outside this package
+(a library's class, or an installed package's entry point) with its ``source`` (merit_repro.optim.sources).
 
 The names, their classes and the switches each name fixes are listed once, in
 ``merit_repro.config.registry.OPTIMIZERS``: adamw is torch.optim.AdamW, lamb is LAMB with cybertronai
@@ -14,6 +15,7 @@ from merit_repro.config.registry import OPTIMIZERS
 
 from .lamb import Lamb
 from .merit import MERIT
+from .sources import build_external
 
 
 def optimizer_class(name):
@@ -21,20 +23,26 @@ def optimizer_class(name):
     return getattr(importlib.import_module(spec.module), spec.cls)
 
 
-def build(name, params, **hparams):
-    """The optimizer called ``name`` over ``params`` (tensors or param groups)."""
+def build(name, params, source=None, **hparams):
+    """The optimizer called ``name`` over ``params`` (tensors or param groups): a built-in one, or with ``source``
+    ({package, version, class | entry_point}: merit_repro.config.optimizer_sources) one from outside."""
+    if source is not None:
+        return build_external(name, source, params, _tuples(hparams))
     if name not in OPTIMIZERS:
         raise ValueError(f"Unknown optimizer {name!r}; known optimizers: {', '.join(sorted(OPTIMIZERS))}")
     cls, fixed = optimizer_class(name), OPTIMIZERS[name].fixed
     for key, value in fixed.items():
         if key in hparams and hparams[key] != value:
             raise ValueError(f"Optimizer {name!r} fixes {key}={value}; remove {key}={hparams[key]} from its hparams")
-    if "betas" in hparams:
-        hparams["betas"] = tuple(hparams["betas"])
     try:
-        return cls(params, **{**hparams, **fixed})
+        return cls(params, **{**_tuples(hparams), **fixed})
     except TypeError as err:
         raise ValueError(f"Bad hyperparameter for optimizer {name!r}: {err}") from None
+
+
+def _tuples(hparams):
+    """hparams with betas a tuple, as torch's optimizers want it (a config's YAML or JSON gives a list)."""
+    return {**hparams, "betas": tuple(hparams["betas"])} if isinstance(hparams.get("betas"), list) else dict(hparams)
 
 
 def fastest_on(device, name, hparams):

@@ -2,7 +2,7 @@
 bad value fails when a run starts, named by its key path in the config, not in the middle of training.
 
     python -m merit_repro.optim.check --settings '[{"where": "optimizers.adamw", "cell": "in experiments.sweep, ...",
-        "optimizer": "adamw", "hparams": {"betas": [0.9, 0.95], "eps": 1e-8}, "weight_decay": 0.1}]'
+        "optimizer": "adamw", "hparams": {"betas": [0.9, 0.95], "eps": 1e-8}, "weight_decay": 0.1, "source": null}]'
 
 Prints one ``error:`` line per setting that does not build and exits 2; prints nothing and exits 0 otherwise.
 """
@@ -21,8 +21,8 @@ def problems(settings):
     for setting in settings:
         group = {"params": [torch.nn.Parameter(torch.zeros(2, 2))], "weight_decay": setting["weight_decay"]}
         try:
-            build(setting["optimizer"], [group], **setting["hparams"])
-        except (TypeError, ValueError) as err:
+            build(setting["optimizer"], [group], setting.get("source"), **setting["hparams"])
+        except (TypeError, ValueError, ImportError) as err:   # ImportError: an entry point's module
             found.append(f"{setting['where']}: {err} ({setting['cell']})")
     return found
 
@@ -30,7 +30,8 @@ def problems(settings):
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m merit_repro.optim.check", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--settings", required=True, help="JSON: [{where, cell, optimizer, hparams, weight_decay}]")
+    parser.add_argument("--settings", required=True,
+                        help="JSON: [{where, cell, optimizer, hparams, weight_decay, source}]")
     found = problems(json.loads(parser.parse_args(argv).settings))
     for line in found:
         print(f"error: {line}", file=sys.stderr)

@@ -20,6 +20,9 @@ from merit_repro.config.registry import MODEL_SIZES, OPTIMIZER_NAMES
 # not what it is: its fingerprint is checked instead, so a results tree moved or rebuilt from a bundle still counts.
 RESOURCE_KEYS = {"micro_batch_size", "device", "compile", "checkpoint_every", "checkpoint_every_minutes", "log_every",
                  "keep_checkpoint", "save_model", "peak_flops", "data_dir", "lambada_dir"}
+# The cell's own hyperparameters that the built-in optimizers take (an optimizer from outside takes them only
+# through optimizer_hparams, as its config names them).
+BUILT_IN_HPARAMS = ("betas", "eps")
 MAX_BATCH_SIZE = 2**24   # sequences in one global batch: far above the paper's 6144, far below a hang
 
 
@@ -47,6 +50,9 @@ class CellConfig:
     eps: float = 1e-6
     weight_decay: float = 0.1
     optimizer_hparams: dict = field(default_factory=dict)  # anything else build() accepts
+    # an optimizer from outside (merit_repro.config.optimizer_sources): {package, version, class | entry_point}; it
+    # takes lr and its optimizer_hparams only, not the betas and eps above
+    optimizer_source: dict | None = None
     warmup_frac: float = 0.02           # linear warmup, share of the steps
     min_lr_frac: float = 0.1            # cosine decay to this share of the peak (paper: 10%)
     grad_clip: float = 1.0              # global grad-norm clip (0: off)
@@ -100,7 +106,9 @@ class CellConfig:
         return min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (self.lr - min_lr)
 
     def optimizer_kwargs(self):
-        kwargs = dict(lr=self.lr, betas=tuple(self.betas), eps=self.eps)
+        kwargs = dict(lr=self.lr)
+        if self.optimizer_source is None:
+            kwargs.update(betas=tuple(self.betas), eps=self.eps)
         kwargs.update(self.optimizer_hparams)
         return kwargs
 
@@ -117,8 +125,11 @@ class CellConfig:
         if problems:
             return problems
         check(self.model in MODEL_SIZES, "model", f"{self.model!r} is unknown; known models: {', '.join(MODEL_SIZES)}")
-        check(self.optimizer in OPTIMIZER_NAMES, "optimizer",
-              f"{self.optimizer!r} is unknown; known optimizers: {', '.join(sorted(OPTIMIZER_NAMES))}")
+        check(self.optimizer in OPTIMIZER_NAMES or self.optimizer_source is not None, "optimizer",
+              f"{self.optimizer!r} is unknown; known optimizers: {', '.join(sorted(OPTIMIZER_NAMES))} (or one from "
+              "outside, with its optimizer_source)")
+        check(self.optimizer_source is None or source_is_whole(self.optimizer_source), "optimizer_source",
+              f"{self.optimizer_source!r} must name package, version and one of class or entry_point")
         for key in ("batch_size", "block_size", "eval_every", "mal_every", "mal_batch", "checkpoint_every", "eval_tokens",
                     "log_every"):
             check(getattr(self, key) >= 1, key, f"{getattr(self, key)} must be >= 1")
@@ -192,6 +203,14 @@ def split_settings(settings: dict):
 def result_settings(settings: dict):
     """result_config of a settings dict (a workflow cell's, or a summary.json's "config")."""
     return result_config(CellConfig.from_dict(settings))
+
+
+def source_is_whole(source):
+    """Whether an optimizer_source names its package and one class or entry point (its version may be null in a
+    plan made without the package installed: merit_repro.optim refuses to build one without it)."""
+    return (isinstance(source, dict) and isinstance(source.get("package"), str) and source["package"] != ""
+            and (source.get("version") is None or isinstance(source["version"], str))
+            and sum(isinstance(source.get(k), str) for k in ("class", "entry_point")) == 1)
 
 
 def type_problems(cfg):

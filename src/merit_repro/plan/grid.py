@@ -11,11 +11,12 @@ cell shared by several experiments is one path and trains once.
 
 from dataclasses import dataclass, fields
 
+from merit_repro.config import optimizer_sources
 from merit_repro.config.configfiles import with_defaults
 from merit_repro.config.registry import ARTIFACTS
 
 from . import paths
-from .cell import CellConfig
+from .cell import BUILT_IN_HPARAMS, CellConfig
 from .tuning import canonical
 
 COORDINATES = ("model", "tokens", "optimizer", "batch_size", "lr", "seed", "data_dir", "tokenizer", "lambada_dir")
@@ -192,9 +193,15 @@ def cell_config(config, model, tokens, optimizer, batch, lr, seed):
     settings = dict(config.get("cell_defaults", {}))
     settings.update({k: v for k, v in model_spec.items() if k not in MODEL_ONLY_KEYS})
     known = {f.name for f in fields(CellConfig)}
+    spec = config.get("optimizers", {}).get(optimizer, {})
+    source = optimizer_sources.source(optimizer, spec)
+    if source is not None:   # an optimizer from outside takes betas and eps only as its config gives them
+        settings["optimizer_source"] = source
+        known -= set(BUILT_IN_HPARAMS)
     extra = {}
-    for key, value in config.get("optimizers", {}).get(optimizer, {}).items():
-        (settings if key in known else extra)[key] = value
+    for key, value in spec.items():
+        if key not in optimizer_sources.SOURCE_KEYS + optimizer_sources.STYLE_KEYS:
+            (settings if key in known else extra)[key] = value
     if extra:
         settings["optimizer_hparams"] = {**settings.get("optimizer_hparams", {}), **extra}
     lambada = config.get("lambada")

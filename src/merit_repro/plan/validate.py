@@ -12,11 +12,12 @@ import os
 from dataclasses import fields
 from pathlib import Path
 
+from merit_repro.config import optimizer_sources
 from merit_repro.config.configfiles import ALLOW_TASK_DIRS
-from merit_repro.config.registry import ARTIFACTS, OPTIMIZER_NAMES
+from merit_repro.config.registry import ARTIFACTS
 from merit_repro.data.tokens import requested
 
-from . import resources
+from . import paths, resources
 from .cell import CellConfig
 from .grid import (
     COORDINATES,
@@ -105,9 +106,8 @@ def reference_problems(config):
             problems.append(f"models.{key}.data={spec.get('data')!r} is not a key of data ({', '.join(data)})")
     if config.get("lambada") and config["lambada"] not in data:
         problems.append(f"lambada={config['lambada']!r} is not a key of data ({', '.join(data)})")
-    for opt in config.get("optimizers", {}):
-        if opt not in OPTIMIZER_NAMES:
-            problems.append(f"optimizers.{opt} is unknown; known optimizers: {', '.join(sorted(OPTIMIZER_NAMES))}")
+    for opt, spec in config.get("optimizers", {}).items():
+        problems += optimizer_sources.form_problems(opt, spec)
     for key in config.get("cell_defaults", {}):
         if key in COORDINATES:
             problems.append(f"cell_defaults.{key} is a cell coordinate; set it in the experiments or models")
@@ -121,9 +121,10 @@ def experiment_problems(config, name, exp):
         if model not in models:
             problems.append(f"{where}.models: {model!r} is not a key of models ({', '.join(models)})")
     for opt in exp["optimizers"]:
-        if opt not in OPTIMIZER_NAMES:
+        if opt not in optimizer_sources.optimizer_names(config):
             problems.append(f"{where}.optimizers: {opt!r} is unknown; known optimizers: "
-                            f"{', '.join(sorted(OPTIMIZER_NAMES))}")
+                            f"{', '.join(optimizer_sources.optimizer_names(config))} (one from outside is "
+                            f"declared under optimizers.{opt} with its class or entry point)")
     shared = sorted(set(grid_seeds(config, name)) & set(claim_seeds(config, name)))
     if shared:
         problems.append(f"{where}: claim seeds {shared} are also grid seeds; the seeds that choose an LR must not "
@@ -197,14 +198,37 @@ def corpus_problems(config):
     return problems
 
 
+def source_problems(config):
+    """Finished runs of an optimizer from outside that trained with another version of its package than
+    the config's: Snakemake would retrain them over their results. Another version is another cell, so the
+    workflow stops and says how to keep both. It reads the runs' summary.json files, so it runs when a run starts."""
+    problems = []
+    for name in optimizer_sources.external_names(config):
+        wanted = optimizer_sources.source(name, config["optimizers"][name])
+        pattern = paths.cell_path("*", "*", name, "*", "*", "*")
+        for summary in sorted(Path(config["results"], paths.RUNS).glob(f"{pattern}/summary.json")):
+            try:
+                then = json.loads(summary.read_text())["config"].get("optimizer_source") or {}
+            except (OSError, ValueError, KeyError, AttributeError):
+                continue   # unreadable: the report's integrity check names it
+            if then.get("version") not in (None, wanted["version"]):
+                problems.append(f"optimizers.{name}: {summary.parent} trained with {wanted['package']} "
+                                f"{then['version']}, and the config's is {wanted['version']}; another version is "
+                                f"another cell, so keep both: give this one another name (optimizers.{name}_new), "
+                                f"or pin the old one (optimizers.{name}.version: '{then['version']}')")
+                break
+    return problems
+
+
 def optimizer_settings(config):
-    """[{where, cell, optimizer, hparams, weight_decay}]: each distinct optimizer setting the config's cells train
-    with, with its key path and first cell, for ``merit_repro.optim.check`` to build once."""
+    """[{where, cell, optimizer, hparams, weight_decay, source}]: each distinct optimizer setting the config's cells
+    train with, with its key path and first cell, for ``merit_repro.optim.check`` to build once."""
     found = {}
     for name in sorted(config["experiments"]):
         for cell in seedless_cells(config, name):
             cfg = CellConfig.from_dict(cell_config(config, *cell_args(cell)))
-            setting = {"optimizer": cfg.optimizer, "hparams": cfg.optimizer_kwargs(), "weight_decay": cfg.weight_decay}
+            setting = {"optimizer": cfg.optimizer, "hparams": cfg.optimizer_kwargs(), "weight_decay": cfg.weight_decay,
+                       "source": cfg.optimizer_source}
             key = json.dumps(setting, sort_keys=True, default=str)
             found.setdefault(key, {"where": f"optimizers.{cell.optimizer}",
                                    "cell": f"in experiments.{name}, cell {cell.path('results')}", **setting})

@@ -44,8 +44,8 @@ class Panel:
     hline: tuple | None = None   # (y, label): a level drawn across the panel (the MAL threshold)
 
 
-def _plot(ax, line):
-    color = COLORS.get(line.color_key or line.label)
+def _plot(ax, line, colors):
+    color = colors.get(line.color_key or line.label)
     style = dict(label=line.label, color=color, linestyle=line.linestyle, marker=line.marker)
     if line.hollow:
         style.update(markerfacecolor="none", markersize=8, alpha=0.8)
@@ -73,15 +73,17 @@ def _wrap(text, width_in):
     return "\n".join(textwrap.wrap(text, max(20, int(width_in * 11))))
 
 
-def draw(panels, width=6.4, height=4.0, suptitle=None):
-    """One row of panels; each legend sits below its panel, off the data; titles wrap to the figure."""
+def draw(panels, width=6.4, height=4.0, suptitle=None, colors=None):
+    """One row of panels; each legend sits below its panel, off the data; titles wrap to the figure. colors:
+    {colour key: colour} beside COLORS (an experiment's optimizers from outside)."""
+    colors = {**COLORS, **(colors or {})}
     legend_rows = max([math.ceil((sum(bool(line.x) for line in p.lines) + bool(p.hline)) / 2) for p in panels] or [0])
     fig, axes = plt.subplots(1, len(panels), figsize=(width * len(panels), height + 0.22 * legend_rows),
                              squeeze=False, layout="constrained")
     for ax, panel in zip(axes[0], panels):
         lines = [line for line in panel.lines if line.x]
         for line in lines:
-            _plot(ax, line)
+            _plot(ax, line, colors)
         if panel.logx:
             ax.set_xscale("log", base=2)
         if panel.hline:

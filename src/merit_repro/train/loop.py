@@ -101,7 +101,7 @@ class Run:
         # memory holds one fp32 copy of a large model, not one per rank.
         with torch.device("cpu") if self.master else self.device:
             self.model = build_model(self.model_config).to(self.device)
-        self.optimizer = build(cfg.optimizer, param_groups(self.model, cfg.weight_decay),
+        self.optimizer = build(cfg.optimizer, param_groups(self.model, cfg.weight_decay), cfg.optimizer_source,
                                **fastest_on(self.device, cfg.optimizer, cfg.optimizer_kwargs()))
         self.flops_per_token = self.model.flops_per_token()
         self.peak_flops = peak_flops(describe_device(self.device), cfg.peak_flops) if self.device.type == "cuda" \

@@ -9,7 +9,7 @@ import pandas as pd
 
 from merit_repro.report.claims import Setting, statement
 
-from .context import BASELINES, estimate_columns, name, record
+from .context import BASELINES, estimate_columns, record
 from .loss_curves import curve_panel
 from .paper import differences
 
@@ -32,7 +32,7 @@ def ablation(ctx, prefix):
     pairs = [("merit", o) for o in opts if o not in BASELINES + ("merit",)]
     if "maxlamb" in opts and "lamb" in opts:
         pairs.append(("maxlamb", "lamb"))
-    statements = [statement(f"{name(a)} beats {name(b)}", [Setting(model, str(batch), ctx.estimate(model, a, batch),
-                                                                   ctx.estimate(model, b, batch))], ctx.stats,
-                            pooled=pooled) for a, b in pairs if a in opts]
+    statements = [statement(f"{ctx.name(a)} beats {ctx.name(b)}",
+                            [Setting(model, str(batch), ctx.estimate(model, a, batch), ctx.estimate(model, b, batch))],
+                            ctx.stats, pooled=pooled) for a, b in pairs if a in opts]
     return pd.DataFrame(rows), record("Figure 7 and the rebuttal's maxLAMB ablation", statements, differences(ctx))

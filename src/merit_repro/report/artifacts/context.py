@@ -5,6 +5,7 @@ row per cell), cells.csv (which cells each experiment trained, and why) and best
 the tuning decision and the metrics at the best LR over its claim seeds).
 """
 
+import functools
 import json
 import math
 from dataclasses import dataclass
@@ -13,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from merit_repro.config.configfiles import with_defaults
-from merit_repro.config.registry import OPTIMIZERS
+from merit_repro.config import optimizer_sources
 from merit_repro.report.claims import (
     DESCRIPTIVE,
     NO_WORSE,
@@ -30,17 +31,12 @@ from merit_repro.report.figures import draw, save
 from .paper import PaperNumbers, _per, budget_only
 
 BASELINES = ("adamw", "lamb")
-NAMES = {name: spec.label for name, spec in OPTIMIZERS.items()}
 # The paper's statements about the three optimizers, in the order the paper ranks them at a large batch
 # (review: "MERIT shows small advantages over LAMB, and LAMB over AdamW").
 PAIRS = (("merit", "adamw"), ("lamb", "adamw"), ("merit", "lamb"))
 # Metrics whose differences are ratios, tested on the log scale: perplexity is exp(loss), and MAL spans orders of
 # magnitude (the paper's 3 to 664), so "twice the MAL" is the same effect at any size.
 LOG_SCALE = ("lambada_ppl", "peak_mal")
-
-
-def name(optimizer):
-    return NAMES.get(optimizer, optimizer)
 
 
 @dataclass
@@ -66,6 +62,22 @@ class Context(PaperNumbers):
 
     def optimizers(self):
         return list(self.spec["optimizers"])
+
+    @functools.cached_property
+    def styles(self):
+        """{optimizer: (label, colour)}: the registry's for the built-ins, the config's or the next free colour for
+        the rest (merit_repro.config.optimizer_sources.styles)."""
+        return optimizer_sources.styles(self.config)
+
+    def name(self, optimizer):
+        """An optimizer's name in statements: MERIT, AdamW, ..., or an optimizer from outside's label."""
+        return self.styles.get(optimizer, (optimizer, None))[0]
+
+    def added_pairs(self):
+        """The comparisons a config adds for each optimizer from outside in the experiment: it against AdamW, and
+        MERIT against it, where the experiment has them."""
+        opts, added = self.optimizers(), optimizer_sources.external_names(self.config)
+        return [(a, b) for x in opts if x in added for a, b in ((x, "adamw"), ("merit", x)) if a in opts and b in opts]
 
     def label(self, model, optimizer):
         return f"{optimizer}+qknorm" if self.config["models"][model].get("qk_norm") else optimizer
@@ -151,7 +163,8 @@ class Context(PaperNumbers):
         pa, pb = (paper(model, o, batch) for o in (a, b))
         return (b, a) if pa is not None and pb is not None and pb < pa else (a, b)
 
-    def pairwise(self, claim, table, metric, settings, paper_metric="val_loss", together=False, paper=None):
+    def pairwise(self, claim, table, metric, settings, paper_metric="val_loss", together=False, paper=None,
+                 added_claim=None):
         """The paper's three pairwise statements (MERIT vs AdamW, LAMB vs AdamW, MERIT vs LAMB) at each of
         settings = [(model, batch), ...], in the paper's direction at each: one statement per setting, or one
         over all of them where the paper makes it so (together: "at every model size"). paper(model,
@@ -159,7 +172,10 @@ class Context(PaperNumbers):
 
         The paper claims the large-batch ordering only: at a model's smaller batches the ordering its single
         runs print is descriptive. Where the printed gap is below the tolerance, what the paper shows is that
-        the one it prints lower is no worse, tested as such (the rule is fixed by the paper's numbers, not ours)."""
+        the one it prints lower is no worse, tested as such (the rule is fixed by the paper's numbers, not ours).
+
+        added_claim: the text of the comparisons the config adds (added_pairs: an optimizer from outside against
+        AdamW, MERIT against it), tested by the same rule at every setting, since the paper ranks neither way."""
         paper = paper or (lambda model, opt, batch: self.paper_value(table, model, opt, batch, paper_metric))
         out, pooled, stats = [], self.pooled(metric), self.stats.of(metric)
         for a, b in PAIRS:
@@ -169,7 +185,7 @@ class Context(PaperNumbers):
             for model, batch in settings:
                 s, r = self.ordered(paper, model, batch, a, b)
                 values = [paper(model, o, batch) for o in (s, r)]
-                note = (f"paper: {name(s)} {values[0]:.3f} vs {name(r)} {values[1]:.3f}"
+                note = (f"paper: {self.name(s)} {values[0]:.3f} vs {self.name(r)} {values[1]:.3f}"
                         + (f" (at {self.config['models'][model].get('paper_model')}"
                            + (f", batch {pb}" if (pb := self.paper_batch(model, batch)) is not None else "") + ")"
                            if self.stands_in(model) else "")) if None not in values else ""
@@ -182,14 +198,22 @@ class Context(PaperNumbers):
                                             "of the value), so what it shows is no worse, tested as such")
                 rows.append(Setting(model, str(batch), self.tested(model, s, batch, metric),
                                     self.tested(model, r, batch, metric), note, floor=self.floor(metric), kind=kind))
-            text = claim.format(a=name(a), b=name(b))
+            text = claim.format(a=self.name(a), b=self.name(b))
+            out += ([statement(text, rows, stats, pooled=pooled)] if together else
+                    [statement(text, [row], stats, pooled=pooled) for row in rows])
+        for a, b in self.added_pairs() if added_claim else ():
+            rows = [Setting(model, str(batch), self.tested(model, a, batch, metric),
+                            self.tested(model, b, batch, metric), "", floor=self.floor(metric))
+                    for model, batch in settings]
+            text = added_claim.format(a=self.name(a), b=self.name(b))
             out += ([statement(text, rows, stats, pooled=pooled)] if together else
                     [statement(text, [row], stats, pooled=pooled) for row in rows])
         return out
 
     def figure(self, panels, prefix, suptitle):
         report = self.report
-        fig = draw(panels, report["figure_width"], report["figure_height"], suptitle)
+        fig = draw(panels, report["figure_width"], report["figure_height"], suptitle,
+                   colors={opt: color for opt, (_, color) in self.styles.items()})
         save(fig, prefix, report["dpi"])
 
     def model_title(self, model):

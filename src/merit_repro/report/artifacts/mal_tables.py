@@ -18,7 +18,7 @@ import pandas as pd
 from merit_repro.report.claims import Setting, finite_mean, statement
 from merit_repro.report.figures import Line, Panel
 
-from .context import name, record
+from .context import record
 from .paper import differences, paper_rows
 
 TABLE = "peak_mal_vs_batch"
@@ -90,13 +90,14 @@ def mal_tables(ctx, prefix):
     ctx.figure(panels, prefix, "Peak max attention logit vs batch size (seed mean; band: the seeds' range, which a "
                "log axis can draw where mean ± sd would fall below zero)")
     statements = ctx.pairwise("{a} vs {b}: lower peak MAL, in the direction the paper prints at this batch", TABLE,
-                              "peak_mal", settings, "peak_mal")
+                              "peak_mal", settings, "peak_mal", added_claim="{a} vs {b}: lower peak MAL (a comparison "
+                              "the config adds)")
     pooled = ctx.pooled("peak_mal")
-    statements += [statement(f"{name(o)}'s peak MAL grows from the smallest to the largest batch (log scale)", found,
-                             ctx.stats.of("peak_mal"), pooled=pooled) for o, found in growth.items() if found]
+    statements += [statement(f"{ctx.name(o)}'s peak MAL grows from the smallest to the largest batch (log scale)",
+                             found, ctx.stats.of("peak_mal"), pooled=pooled) for o, found in growth.items() if found]
     if "adamw" in ctx.optimizers():
-        statements += [statement(f"{name(o)}'s peak MAL grows less than AdamW's from the smallest to the largest batch "
-                                 "(log scale: a ratio)", rise[o], ctx.stats.of("peak_mal"), pooled=pooled)
+        statements += [statement(f"{ctx.name(o)}'s peak MAL grows less than AdamW's from the smallest to the largest "
+                                 "batch (log scale: a ratio)", rise[o], ctx.stats.of("peak_mal"), pooled=pooled)
                        for o in ("merit", "lamb") if rise.get(o)]
     if more.get("adamw"):
         statements.append(statement(f"AdamW has more layers with MAL > {threshold:g} at the largest batch than at the "
@@ -105,7 +106,7 @@ def mal_tables(ctx, prefix):
     for o in ("adamw", "lamb"):
         found = [s for opt, s in counts if opt == o]
         if found:
-            statements.append(statement(f"MERIT has fewer layers with MAL > {threshold:g} than {name(o)} at the "
+            statements.append(statement(f"MERIT has fewer layers with MAL > {threshold:g} than {ctx.name(o)} at the "
                                         "largest batch", found, ctx.stats, pooled=ctx.pooled("n_layers_mal_over_threshold")))
     return pd.DataFrame(rows), record("rebuttal tables: peak MAL vs batch, layers with MAL > 100, layer of the peak at 4K",
                                       statements, differences(ctx), [tracking(rows)])

@@ -16,7 +16,7 @@ from merit_repro.report.claims import Estimate, Pooled, Setting, of_values, stat
 from merit_repro.report.figures import Line, Panel
 from merit_repro.report.tables import mal_by_layer, spikes_kept
 
-from .context import log_of, mal_curve, name, record
+from .context import log_of, mal_curve, record
 from .paper import differences
 
 GROUPS = {"early": 8 / 24, "middle": 17 / 24, "deep": 1.0}   # the rebuttal's groups' upper ends, as depth fractions
@@ -114,7 +114,7 @@ def mal_vs_step(ctx, prefix):
             untested = "" if layers else f"a {n_layers}-layer model has no layer in the {group} group"
             statements.append(statement(f"{claim} (peak over the group's layers and steps, largest batch, log scale)",
                                         [Setting(where, str(batch), log_of(est[(a, group)]), log_of(est[(b, group)]),
-                                                 f"{name(a)} vs {name(b)}", not_tested=untested,
+                                                 f"{ctx.name(a)} vs {ctx.name(b)}", not_tested=untested,
                                                  floor=ctx.floor("peak_mal"))], ctx.stats.of("peak_mal"),
                                         pooled=pooled))
     return pd.DataFrame(rows), record("Figure 2 and the rebuttal's MAL across all layers at 4K", statements,

@@ -16,7 +16,7 @@ import pandas as pd
 from merit_repro.report.claims import Estimate, Setting, finite_mean, statement
 from merit_repro.report.figures import Line, Panel
 
-from .context import name, record
+from .context import record
 from .paper import _per, differences
 
 
@@ -75,7 +75,7 @@ def steps_to_target(ctx, prefix):
             settings[opt].append(Setting(model, str(large), *pair, f"target rule: {rule}" if rule else "",
                                          not_tested=untested))
             if small != large and opt in ("merit", "adamw", "lamb"):
-                everyone.append(Setting(f"{model}, {name(opt)}", str(small), ctx.estimate(model, opt, small), line,
+                everyone.append(Setting(f"{model}, {ctx.name(opt)}", str(small), ctx.estimate(model, opt, small), line,
                                         not_tested=untested))
         panels.append(panel)
     ctx.figure(panels, prefix, "Figure 1: steps to the target validation loss; x: not reached in the steps run")
@@ -83,8 +83,9 @@ def steps_to_target(ctx, prefix):
     for opt, found in settings.items():
         if opt not in ("merit", "adamw", "lamb"):
             continue
-        claim = (f"{name(opt)} reaches the target at the largest batch in the same tokens (perfect scaling)"
-                 if opt == "merit" else f"{name(opt)} does not reach the target at the largest batch in the same tokens")
+        claim = (f"{ctx.name(opt)} reaches the target at the largest batch in the same tokens (perfect scaling)"
+                 if opt == "merit" else
+                 f"{ctx.name(opt)} does not reach the target at the largest batch in the same tokens")
         statements.append(statement(claim, found, ctx.stats, pooled=ctx.pooled()))
     if everyone:
         statements.append(statement("every optimizer reaches the target at the smallest batch (the rebuttal: all reach "

@@ -86,7 +86,9 @@ def metric_vs_batch(ctx, prefix, metric, table, paper_metric, ylabel, reproduces
             ctx.label(model, o): ctx.paper_value(table, model, o, b, paper_metric) for o in ctx.optimizers()})
     ctx.figure(panels, prefix, f"{ylabel} vs batch size ({ctx.experiment}): seed mean ± sd at each best LR")
     statements = ctx.pairwise("{a} vs {b}: lower " + ylabel + ", in the direction the paper prints at this batch",
-                              table, metric, settings, paper_metric) + trends(ctx, metric, ylabel)
+                              table, metric, settings, paper_metric,
+                              added_claim="{a} vs {b}: lower " + ylabel + " (a comparison the config adds)"
+                              ) + trends(ctx, metric, ylabel)
     notes = []
     if metric == "final_val_loss":
         notes.append("Verdicts and LR tuning use the final validation loss (ours); the rebuttal's tables report the "

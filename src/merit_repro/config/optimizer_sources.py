@@ -1,0 +1,156 @@
+"""Optimizers from outside this package, as a config names them: a well-kept library's class, or an optimizer an
+installed package registers under the entry-point group ``merit_repro.optimizers``.
+
+    optimizers:
+      lion: {class: pytorch_optimizer.Lion, label: Lion, betas: [0.9, 0.99], weight_decay: 1.0}
+      signsgd: {entry_point: signsgd, package: merit-signsgd-example, weight_decay: 0.1}
+
+A config never names a module: a class is one of LIBRARIES' modules and an attribute of it; an entry point is a
+name its package chose. What they resolve to (package, version, class or entry point) is the optimizer's
+``source``, part of each of its cells' identity. This module reads installed packages' metadata only; it imports
+none of them (merit_repro.optim.sources does, in a job), and needs the standard library only, as merit_repro.optim
+does. Its errors are ValueErrors with the fix.
+"""
+
+import itertools
+import re
+from importlib import metadata
+
+from .registry import OPTIMIZERS
+
+ENTRY_POINT_GROUP = "merit_repro.optimizers"
+# The libraries whose classes a config may name: module -> the distribution (and pip name) that provides it.
+LIBRARIES = {"torch.optim": "torch", "pytorch_optimizer": "pytorch-optimizer", "heavyball": "heavyball"}
+# An optimizer's keys that say where it comes from and how the report shows it; the rest are its keyword arguments.
+SOURCE_KEYS = ("class", "entry_point", "package", "version")
+STYLE_KEYS = ("label", "color")
+# Colours for optimizers without one, after the registry's (tab10 is taken by the built-ins and the QK-norm lines).
+PALETTE = ("black", "gold", "navy", "magenta", "teal", "lime", "crimson", "sienna", "indigo", "darkkhaki")
+_IDENTIFIER = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+
+
+def is_external(spec):
+    return bool(spec) and ("class" in spec or "entry_point" in spec)
+
+
+def external_names(config):
+    return sorted(name for name, spec in config.get("optimizers", {}).items() if is_external(spec))
+
+
+def optimizer_names(config):
+    """Every name a cell's optimizer may take under this config: the built-ins and the config's own."""
+    return sorted(set(OPTIMIZERS) | set(config.get("optimizers", {})))
+
+
+def normalized(package):
+    """A distribution's name as pip compares them (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", package).lower()
+
+
+def declared_package(spec):
+    """The distribution an optimizer comes from, by the config's words alone."""
+    if "class" in spec:
+        return LIBRARIES.get(str(spec["class"]).rpartition(".")[0])
+    return spec.get("package")
+
+
+def form_problems(name, spec):
+    """What is wrong with how optimizers.<name> names its source, without looking at what is installed."""
+    where, libraries = f"optimizers.{name}", ", ".join(f"{m}.<Class>" for m in LIBRARIES)
+    if name in OPTIMIZERS:
+        return [f"{where} is a built-in optimizer; give the one from outside another name"] if is_external(spec) else []
+    if not is_external(spec):
+        return [f"{where} is not a built-in optimizer ({', '.join(sorted(OPTIMIZERS))}); name where it comes from: "
+                f"class: one of {libraries}, or entry_point: <name> with package: <the package that registers it>"]
+    if "class" in spec and "entry_point" in spec:
+        return [f"{where} names both a class and an entry point; keep one"]
+    if "class" in spec:
+        module, _, attr = str(spec["class"]).rpartition(".")
+        if module not in LIBRARIES or not _IDENTIFIER.match(attr):
+            return [f"{where}.class={spec['class']!r} is not a class of a known library; use one of {libraries} "
+                    f"(a config never names another module: register other optimizers through the entry-point "
+                    f"group {ENTRY_POINT_GROUP})"]
+        if "package" in spec and normalized(str(spec["package"])) != normalized(LIBRARIES[module]):
+            return [f"{where}.package={spec['package']!r}: {module} comes from {LIBRARIES[module]}; drop package"]
+        return []
+    if not _IDENTIFIER.match(str(spec["entry_point"])):
+        return [f"{where}.entry_point={spec['entry_point']!r} is not an entry-point name (letters, digits, _)"]
+    if not spec.get("package"):
+        return [f"{where} names entry point {spec['entry_point']!r} without package: name the package that "
+                "registers it, so that a machine without it says what to install"]
+    return []
+
+
+def installed_version(package):
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def registered(entry_point, package):
+    """The entry point of group ENTRY_POINT_GROUP called entry_point that package provides, or None."""
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP, name=entry_point):
+        if ep.dist is not None and normalized(ep.dist.name) == normalized(package):
+            return ep
+    return None
+
+
+def resolve(name, spec):
+    """The source of an optimizer from outside: {package, version, class | entry_point}, from the installed
+    package's metadata; a ValueError naming what to install when it is not there or not the pinned version."""
+    where, package = f"optimizers.{name}", declared_package(spec)
+    version = installed_version(package)
+    if version is None:
+        raise ValueError(f"{where} needs package {package}, which is not installed: pip install {package}"
+                        + (" (or pip install 'merit-repro[" + package + "]')" if package in LIBRARIES.values() else ""))
+    if "entry_point" in spec and registered(spec["entry_point"], package) is None:
+        found = sorted(ep.name for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)
+                       if ep.dist is not None and normalized(ep.dist.name) == normalized(package))
+        raise ValueError(f"{where}: package {package} {version} registers no optimizer {spec['entry_point']!r} in "
+                        f"entry-point group {ENTRY_POINT_GROUP} (it registers: {', '.join(found) or 'none'}); "
+                        "fix entry_point, or install the version of the package that registers it")
+    pinned = spec.get("version")
+    if pinned is not None and str(pinned) != version:
+        raise ValueError(f"{where} pins {package} {pinned} but {version} is installed: pip install "
+                        f"'{package}=={pinned}', or change the pin (another version trains other cells)")
+    kind = "class" if "class" in spec else "entry_point"
+    return {"package": package, "version": version, kind: spec[kind]}
+
+
+def source(name, spec):
+    """The source the config gives an optimizer (its version as pinned), without looking at what is installed;
+    None for a built-in."""
+    if not is_external(spec):
+        return None
+    kind = "class" if "class" in spec else "entry_point"
+    return {"package": declared_package(spec), "version": None if spec.get("version") is None else str(spec["version"]),
+            kind: spec[kind]}
+
+
+def pin(config):
+    """Each optimizer from outside with its installed version written in (optimizers.<name>.version), checked
+    against a version the config pins; ValueErrors name what to install. The version is then part of every cell
+    of that optimizer, of the bundle's config, and of what a rebuild checks its runs against."""
+    problems = [p for name, spec in config.get("optimizers", {}).items() for p in form_problems(name, spec or {})]
+    if problems:
+        raise ValueError("invalid workflow config: " + "; ".join(problems))
+    for name in external_names(config):
+        spec = config["optimizers"][name]
+        spec["version"] = resolve(name, spec)["version"]
+    return config
+
+
+def styles(config):
+    """{optimizer name: (label, colour)} for every optimizer the config may use: the registry's for the built-ins,
+    then the config's own label and color, and for an optimizer without a colour the next one of PALETTE."""
+    specs = config.get("optimizers", {})
+    taken = {spec.get("color") for spec in specs.values() if spec}
+    free = itertools.cycle([c for c in PALETTE if c not in taken] or PALETTE)
+    out = {}
+    for name in optimizer_names(config):
+        spec, built_in = specs.get(name) or {}, OPTIMIZERS.get(name)
+        label = spec.get("label") or (built_in.label if built_in else name)
+        color = spec.get("color") or (built_in.color if built_in else next(free))
+        out[name] = (label, color)
+    return out
