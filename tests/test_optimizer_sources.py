@@ -40,6 +40,10 @@ def params():
     ("nopkg", {"entry_point": "signum"}, "without package"),
     ("badep", {"entry_point": "a.b:c", "package": "p"}, "is not an entry-point name"),
     ("wrongpkg", {"class": "torch.optim.SGD", "package": "numpy"}, "torch.optim comes from torch"),
+    ("lion\n", {"class": "pytorch_optimizer.Lion"}, "an optimizer's name is a path segment"),
+    ("newline", {"class": "torch.optim.SGD\n"}, "is not a class of a known library"),
+    ("merit", {"package": "x", "version": "1"}, "optimizers.merit is built in: package, version apply to an optimizer "
+                                                "from outside only"),
 ])
 def test_a_config_never_names_a_module(name, spec, message):
     (problem,) = sources.form_problems(name, spec)
@@ -70,6 +74,26 @@ def test_pin_writes_the_installed_version_in():
     assert "version" not in config["optimizers"]["adamw"]
     with pytest.raises(ValueError, match="optimizers.evil.class"):
         sources.pin({"optimizers": {"evil": {"class": "subprocess.run"}}})
+
+
+def test_with_jobs_in_another_environment_the_version_must_be_pinned():
+    """--sdm conda: the workflow cannot see the jobs' packages, so it reads no version; a pinned one is kept."""
+    with pytest.raises(ValueError, match=r"optimizers.lion: the jobs run in the environment.yml environment .* pin it "
+                                         r"\(optimizers.lion.version\)"):
+        sources.pin({"optimizers": {"lion": {"class": "pytorch_optimizer.Lion"}}}, installed_here=False)
+    pinned = {"optimizers": {"lion": {"class": "pytorch_optimizer.Lion", "version": "0.0.1"}}}
+    assert sources.pin(pinned, installed_here=False)["optimizers"]["lion"]["version"] == "0.0.1"
+
+
+def test_a_config_without_versions_takes_a_bundles_for_the_same_optimizers():
+    theirs = {"optimizers": {"lion": {"class": "pytorch_optimizer.Lion", "version": "4.1.0"},
+                             "sgd": {"class": "torch.optim.SGD", "version": "2.0"}}}
+    ours = {"optimizers": {"lion": {"class": "pytorch_optimizer.Lion"}, "sgd": {"class": "torch.optim.Adam"},
+                           "adamw": {}}}
+    sources.with_versions_of(ours, theirs)
+    assert ours["optimizers"]["lion"]["version"] == "4.1.0"
+    assert "version" not in ours["optimizers"]["sgd"]   # another class: another optimizer, no version taken
+    assert sources.with_versions_of({"optimizers": {"x": {"class": "torch.optim.SGD"}}}, {"optimizers": [1]})
 
 
 def test_a_library_optimizer_builds_from_its_source_and_checks_its_version():
@@ -195,8 +219,9 @@ def compare_config(config):
 @pytest.mark.skipif(LION_VERSION is None, reason="pytorch-optimizer is not installed (the test extra installs it)")
 def test_an_installed_packages_optimizer_is_tuned_tabled_drawn_compared_and_bundled(tmp_path):
     """examples/signum_optimizer installed, a tiny workflow with its optimizer and Lion beside AdamW and MERIT: their
-    cells carry their package and version, the tables, a figure and claims.csv name them; the bundle of those runs
-    rebuilds the report on a machine without the package."""
+    cells carry their package and version, the tables, a figure and claims.csv name them (a family apart from the
+    paper's statements); the bundle of those runs, with the config they trained with, rebuilds the report on a
+    machine without the package."""
     from test_workflow import copy_workflow, dump_config, edited, snakemake
 
     site = tmp_path / "site"   # the package installed where this test alone sees it: the rebuild runs without it
@@ -225,6 +250,10 @@ def test_an_installed_packages_optimizer_is_tuned_tabled_drawn_compared_and_bund
         rows = claims[claims.claim.str.startswith(text)]
         assert sorted(rows.batch.astype(str)) == ["4", "8"], text   # at each batch, none only descriptive
         assert set(rows.verdict) <= {"held", "did not hold", "equivalent", "inconclusive"}, rows.verdict
+        assert set(rows.origin) == {"added by the config"}
+    assert set(claims[claims.claim.str.startswith("MERIT vs AdamW")].origin) == {"paper"}
+    index = (workdir / "paper_figures" / "README.md").read_text()
+    assert "\nStatements: " in index and "\nComparisons the config adds (not the paper's): " in index
 
     r = snakemake(workdir, "bundle", config=config, env=with_package)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -233,10 +262,22 @@ def test_an_installed_packages_optimizer_is_tuned_tabled_drawn_compared_and_bund
                                capture_output=True, text=True, cwd=REPO)
     assert inspected.returncode == 0, inspected.stderr
     assert yaml.safe_load(inspected.stdout)["optimizers"]["signum"]["version"] == "0.1.0"
-    theirs = tmp_path / "theirs.yaml"
-    theirs.write_text(inspected.stdout)
     fresh = copy_workflow(tmp_path / "fresh")
-    r = snakemake(fresh, "--config", f"bundle={bundle}", config=theirs)   # no package on this PYTHONPATH
+    r = snakemake(fresh, "--config", f"bundle={bundle}", config=config)   # no package on this PYTHONPATH
     assert r.returncode == 0, r.stderr[-3000:]
     claims_csv = Path("paper_figures", "claims.csv")
     assert (fresh / claims_csv).read_bytes() == (workdir / claims_csv).read_bytes()
+
+
+def test_the_comparisons_a_config_adds_are_summarised_and_corrected_apart_from_the_papers():
+    from merit_repro.report.artifacts.index import summary
+
+    def stmt(result, p, origin=None):
+        return {"result": result, "why": "", "p_value": p, **({"origin": origin} if origin else {})}
+    paper = [stmt("held", 0.001), stmt("held", 0.04)]
+    alone = summary([{"statements": paper}], 0.05)
+    added = [stmt("held", 0.03, "added by the config"), stmt("did not hold", 0.02, "added by the config")]
+    both = summary([{"statements": paper + added}], 0.05)
+    assert both[:len(alone)] == alone   # the paper's statements read the same with an optimizer added
+    assert both[len(alone)].startswith("Comparisons the config adds (not the paper's): 1 held, 1 did not hold.")
+    assert "Across the 2 tested statements" in both[-1]

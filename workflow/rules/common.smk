@@ -43,9 +43,12 @@ try:  # refused before any job unless it verifies and was made with this config;
         config["results"] = bundle.rebuild_folder(BUNDLE, config["results"])
 except UserError as err:
     raise WorkflowError(str(err)) from None
+# Jobs run the interpreter running Snakemake, so that they see the same packages; with --sdm conda, the one of
+# the job's environment (environment.yml), which Snakemake puts first on the job's PATH.
+CONDA = DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method
 try:
     if not BUNDLE:  # an optimizer from outside: its installed version, written in; a bundle's config has it already
-        optimizer_sources.pin(config)
+        optimizer_sources.pin(config, installed_here=not CONDA)
     check_config(config)
 except ValueError as err:  # the key path and the fix, without a traceback
     raise WorkflowError(str(err)) from None
@@ -58,9 +61,6 @@ except UserError as err:
 # a rule's params: switching it on or off retrains nothing.
 os.environ[tracking.ENV] = json.dumps(config["tracking"], sort_keys=True)
 
-# Jobs run the interpreter running Snakemake, so that they see the same packages; with --sdm conda, the one of
-# the job's environment (environment.yml), which Snakemake puts first on the job's PATH.
-CONDA = DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method
 PYTHON = "python" if CONDA else sys.executable
 # A job's shell `exec`s its command, so that the command, not a shell, gets the scheduler's signals (SIGTERM
 # before a time limit or a preemption) and can checkpoint; its `error:` line still reaches the console through
@@ -75,7 +75,9 @@ def preflight(log):
     before its first job, one `error:` line each."""
     if BUNDLE:  # a rebuild from a bundle trains nothing and reads no corpus
         return
-    settings = json.dumps(optimizer_settings(config), sort_keys=True)
+    # with --sdm conda an optimizer from outside is in the jobs' environment, not this one: each job builds it first
+    settings = [s for s in optimizer_settings(config) if not (CONDA and s["source"])]
+    settings = json.dumps(settings, sort_keys=True)
     built = subprocess.run(
         [sys.executable, "-m", "merit_repro.optim.check", "--settings", settings], capture_output=True, text=True
     )

@@ -26,7 +26,8 @@ SOURCE_KEYS = ("class", "entry_point", "package", "version")
 STYLE_KEYS = ("label", "color")
 # Colours for optimizers without one, after the registry's (tab10 is taken by the built-ins and the QK-norm lines).
 PALETTE = ("black", "gold", "navy", "magenta", "teal", "lime", "crimson", "sienna", "indigo", "darkkhaki")
-_IDENTIFIER = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+_IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9_]*")   # fullmatch: no dunder, no dot, no trailing newline
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")   # an optimizer's key is a path segment and a wildcard value
 
 
 def is_external(spec):
@@ -57,8 +58,13 @@ def declared_package(spec):
 def form_problems(name, spec):
     """What is wrong with how optimizers.<name> names its source, without looking at what is installed."""
     where, libraries = f"optimizers.{name}", ", ".join(f"{m}.<Class>" for m in LIBRARIES)
+    if not _NAME.fullmatch(name):
+        return [f"{where}: an optimizer's name is a path segment: letters, digits, _ . -, at most 64"]
     if name in OPTIMIZERS:
-        return [f"{where} is a built-in optimizer; give the one from outside another name"] if is_external(spec) else []
+        if is_external(spec):
+            return [f"{where} is a built-in optimizer; give the one from outside another name"]
+        stray = [key for key in ("package", "version") if key in spec]
+        return [f"{where} is built in: {', '.join(stray)} apply to an optimizer from outside only"] if stray else []
     if not is_external(spec):
         return [f"{where} is not a built-in optimizer ({', '.join(sorted(OPTIMIZERS))}); name where it comes from: "
                 f"class: one of {libraries}, or entry_point: <name> with package: <the package that registers it>"]
@@ -66,14 +72,14 @@ def form_problems(name, spec):
         return [f"{where} names both a class and an entry point; keep one"]
     if "class" in spec:
         module, _, attr = str(spec["class"]).rpartition(".")
-        if module not in LIBRARIES or not _IDENTIFIER.match(attr):
+        if module not in LIBRARIES or not _IDENTIFIER.fullmatch(attr):
             return [f"{where}.class={spec['class']!r} is not a class of a known library; use one of {libraries} "
                     f"(a config never names another module: register other optimizers through the entry-point "
                     f"group {ENTRY_POINT_GROUP})"]
         if "package" in spec and normalized(str(spec["package"])) != normalized(LIBRARIES[module]):
             return [f"{where}.package={spec['package']!r}: {module} comes from {LIBRARIES[module]}; drop package"]
         return []
-    if not _IDENTIFIER.match(str(spec["entry_point"])):
+    if not _IDENTIFIER.fullmatch(str(spec["entry_point"])):
         return [f"{where}.entry_point={spec['entry_point']!r} is not an entry-point name (letters, digits, _)"]
     if not spec.get("package"):
         return [f"{where} names entry point {spec['entry_point']!r} without package: name the package that "
@@ -102,8 +108,7 @@ def resolve(name, spec):
     where, package = f"optimizers.{name}", declared_package(spec)
     version = installed_version(package)
     if version is None:
-        raise ValueError(f"{where} needs package {package}, which is not installed: pip install {package}"
-                        + (" (or pip install 'merit-repro[" + package + "]')" if package in LIBRARIES.values() else ""))
+        raise ValueError(f"{where} needs package {package}, which is not installed: pip install {package}")
     if "entry_point" in spec and registered(spec["entry_point"], package) is None:
         found = sorted(ep.name for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)
                        if ep.dist is not None and normalized(ep.dist.name) == normalized(package))
@@ -128,16 +133,38 @@ def source(name, spec):
             kind: spec[kind]}
 
 
-def pin(config):
+def pin(config, installed_here=True):
     """Each optimizer from outside with its installed version written in (optimizers.<name>.version), checked
     against a version the config pins; ValueErrors name what to install. The version is then part of every cell
-    of that optimizer, of the bundle's config, and of what a rebuild checks its runs against."""
+    of that optimizer, of the bundle's config, and of what a rebuild checks its runs against.
+
+    installed_here=False: the jobs run in another environment than this process (Snakemake's --sdm conda), whose
+    packages this process cannot see; the config must then pin each version, which each job checks as it builds."""
     problems = [p for name, spec in config.get("optimizers", {}).items() for p in form_problems(name, spec or {})]
     if problems:
         raise ValueError("invalid workflow config: " + "; ".join(problems))
     for name in external_names(config):
         spec = config["optimizers"][name]
-        spec["version"] = resolve(name, spec)["version"]
+        if installed_here:
+            spec["version"] = resolve(name, spec)["version"]
+        elif spec.get("version") is None:
+            raise ValueError(f"optimizers.{name}: the jobs run in the environment.yml environment (--sdm conda), "
+                             f"where this workflow cannot read {declared_package(spec)}'s version; pin it "
+                             f"(optimizers.{name}.version) and add the package to environment.yml")
+    return config
+
+
+def with_versions_of(config, theirs):
+    """config with each optimizer from outside that names no version given the one of the same optimizer in
+    theirs (a bundle's config, which has them written in): a rebuild from a bundle with the config it was trained
+    with compares equal, and needs no package installed."""
+    specs = theirs.get("optimizers") if isinstance(theirs, dict) else None   # a bundle's: data from elsewhere
+    for name in external_names(config) if isinstance(specs, dict) else ():
+        spec, their = config["optimizers"][name], specs.get(name)
+        if not isinstance(their, dict) or spec.get("version") is not None or not isinstance(their.get("version"), str):
+            continue
+        if all(spec.get(k) == their.get(k) for k in SOURCE_KEYS if k != "version"):
+            spec["version"] = their["version"]
     return config
 
 

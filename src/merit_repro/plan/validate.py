@@ -209,13 +209,14 @@ def source_problems(config):
         for summary in sorted(Path(config["results"], paths.RUNS).glob(f"{pattern}/summary.json")):
             try:
                 then = json.loads(summary.read_text())["config"].get("optimizer_source") or {}
-            except (OSError, ValueError, KeyError, AttributeError):
+                version = then.get("version")
+            except (OSError, ValueError, KeyError, AttributeError, TypeError):
                 continue   # unreadable: the report's integrity check names it
-            if then.get("version") not in (None, wanted["version"]):
+            if version not in (None, wanted["version"]):
                 problems.append(f"optimizers.{name}: {summary.parent} trained with {wanted['package']} "
-                                f"{then['version']}, and the config's is {wanted['version']}; another version is "
+                                f"{version}, and the config's is {wanted['version']}; another version is "
                                 f"another cell, so keep both: give this one another name (optimizers.{name}_new), "
-                                f"or pin the old one (optimizers.{name}.version: '{then['version']}')")
+                                f"or pin the old one (optimizers.{name}.version: '{version}')")
                 break
     return problems
 

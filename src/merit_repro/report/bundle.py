@@ -27,7 +27,7 @@ from pathlib import Path, PurePosixPath
 
 import yaml
 
-from merit_repro.config import configfiles
+from merit_repro.config import configfiles, optimizer_sources
 from merit_repro.plan import paths
 from merit_repro.plan.records import fingerprint
 from merit_repro.utils import UserError, cli, sha256_bytes
@@ -303,8 +303,11 @@ def config_differences(theirs, ours, prefix=""):
 
 
 def check_for_rebuild(path, config):
-    """The manifest of the bundle at path once it verifies and was made with this config; else a UserError."""
+    """The manifest of the bundle at path once it verifies and was made with this config; else a UserError. The
+    config's optimizers from outside that name no version take the bundle's (written in when its runs trained), so
+    the config they trained with compares equal and the rebuild needs none of their packages."""
     manifest, _ = read(path)
+    optimizer_sources.with_versions_of(config, manifest.get("config") or {})
     differences = config_differences(manifest.get("config") or {}, config)
     if differences:
         more = f" (the first 10 of {len(differences)})" if len(differences) > 10 else ""

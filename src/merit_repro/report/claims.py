@@ -47,6 +47,9 @@ from scipy.special import stdtr, stdtrit
 HELD, NOT_HELD, EQUIVALENT, INCONCLUSIVE, NOT_TESTED, DESCRIPTIVE = (
     "held", "did not hold", "equivalent", "inconclusive", "not tested at this scale", "descriptive")
 LOWER, NO_WORSE = "lower", "no worse"
+# Where a statement comes from: the paper, or a comparison a config adds (an optimizer from outside against AdamW,
+# MERIT against it); the report counts and corrects the two families apart.
+PAPER, ADDED = "paper", "added by the config"
 TOO_FEW, WITHIN, EDGE, DIVERGED, MISSING, NON_FINITE = (
     "too few seeds", "within margin", "tuning failure: grid edge", "tuning failure: diverged", "missing",
     "non-finite value")
@@ -436,6 +439,7 @@ class Statement:
     kind: str
     rows: list = field(default_factory=list)
     result: str = INCONCLUSIVE
+    origin: str = PAPER
 
     def reasons(self):
         return [r.reason() for r in self.rows]
@@ -452,8 +456,8 @@ class Statement:
 
     def to_dict(self):
         where = [f"{r.setting.model} bs{r.setting.batch}" for r in self.rows]
-        return _json_safe({"claim": self.claim, "kind": self.kind, "result": self.result, "why": self.why,
-                           "p_value": self.p_value, "settings": len(self.rows),
+        return _json_safe({"claim": self.claim, "kind": self.kind, "origin": self.origin, "result": self.result,
+                           "why": self.why, "p_value": self.p_value, "settings": len(self.rows),
                            "where": where[0] if len(where) == 1 else f"{len(where)} settings",
                            "reasons": self.reasons()})
 

@@ -76,7 +76,7 @@ def _wrap(text, width_in):
 def draw(panels, width=6.4, height=4.0, suptitle=None, colors=None):
     """One row of panels; each legend sits below its panel, off the data; titles wrap to the figure. colors:
     {colour key: colour} beside COLORS (an experiment's optimizers from outside)."""
-    colors = {**COLORS, **(colors or {})}
+    colors = {**(colors or {}), **COLORS}   # the registry's and the fixed lines' colours win over any name
     legend_rows = max([math.ceil((sum(bool(line.x) for line in p.lines) + bool(p.hline)) / 2) for p in panels] or [0])
     fig, axes = plt.subplots(1, len(panels), figsize=(width * len(panels), height + 0.22 * legend_rows),
                              squeeze=False, layout="constrained")

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from merit_repro.plan.cell import RESOURCE_KEYS, CellConfig, result_config
+from merit_repro.plan.cell import RESOURCE_KEYS, result_config
 from merit_repro.utils import UserError, named_error
 
 KEYS = {"config", "step", "model", "optimizer", "rng", "loop", "logs"}
@@ -111,8 +111,8 @@ def load(path, cfg, fingerprints, mmap=True):
         raise UserError(f"{path} cannot be read as a checkpoint ({type(err).__name__}: {reason}); delete it to start "
                         "the cell over, or restore it") from None
     # a checkpoint saved before data_dir became a resource key records it: compare without resource keys; one saved
-    # before a key existed (optimizer_source) ran as its default does
-    saved = {**result_config(CellConfig()), **{k: v for k, v in ckpt["config"].items() if k not in RESOURCE_KEYS}}
+    # before optimizer_source existed trained a built-in optimizer
+    saved = {"optimizer_source": None, **{k: v for k, v in ckpt["config"].items() if k not in RESOURCE_KEYS}}
     if saved != result_config(cfg):
         changed = sorted(k for k in set(saved) | set(result_config(cfg)) if saved.get(k) != result_config(cfg).get(k))
         raise UserError(f"{path} is a checkpoint of a different cell (keys {changed} differ); "

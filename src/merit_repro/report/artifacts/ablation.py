@@ -7,6 +7,7 @@ max-norm helps LAMB).
 
 import pandas as pd
 
+from merit_repro.config.registry import OPTIMIZERS
 from merit_repro.report.claims import Setting, statement
 
 from .context import BASELINES, estimate_columns, record
@@ -29,7 +30,7 @@ def ablation(ctx, prefix):
                  if (value := ctx.paper_value("ablation_maxlamb", model, opt, batch, "val_loss")) is not None]
     ctx.figure([panel], prefix, "Figure 7 and maxLAMB: ablations of MERIT")
     pooled = ctx.pooled()
-    pairs = [("merit", o) for o in opts if o not in BASELINES + ("merit",)]
+    pairs = [("merit", o) for o in opts if o in OPTIMIZERS and o not in BASELINES + ("merit",)]   # Figure 7's own
     if "maxlamb" in opts and "lamb" in opts:
         pairs.append(("maxlamb", "lamb"))
     statements = [statement(f"{ctx.name(a)} beats {ctx.name(b)}",

@@ -5,6 +5,7 @@ row per cell), cells.csv (which cells each experiment trained, and why) and best
 the tuning decision and the metrics at the best LR over its claim seeds).
 """
 
+import dataclasses
 import functools
 import json
 import math
@@ -16,6 +17,7 @@ import pandas as pd
 from merit_repro.config.configfiles import with_defaults
 from merit_repro.config import optimizer_sources
 from merit_repro.report.claims import (
+    ADDED,
     DESCRIPTIVE,
     NO_WORSE,
     Estimate,
@@ -175,7 +177,8 @@ class Context(PaperNumbers):
         the one it prints lower is no worse, tested as such (the rule is fixed by the paper's numbers, not ours).
 
         added_claim: the text of the comparisons the config adds (added_pairs: an optimizer from outside against
-        AdamW, MERIT against it), tested by the same rule at every setting, since the paper ranks neither way."""
+        AdamW, MERIT against it), tested by the same rule at every setting, since the paper ranks neither way, and
+        marked ADDED: the report counts and corrects them apart from the paper's statements."""
         paper = paper or (lambda model, opt, batch: self.paper_value(table, model, opt, batch, paper_metric))
         out, pooled, stats = [], self.pooled(metric), self.stats.of(metric)
         for a, b in PAIRS:
@@ -206,8 +209,9 @@ class Context(PaperNumbers):
                             self.tested(model, b, batch, metric), "", floor=self.floor(metric))
                     for model, batch in settings]
             text = added_claim.format(a=self.name(a), b=self.name(b))
-            out += ([statement(text, rows, stats, pooled=pooled)] if together else
-                    [statement(text, [row], stats, pooled=pooled) for row in rows])
+            out += [dataclasses.replace(s, origin=ADDED) for s in
+                    ([statement(text, rows, stats, pooled=pooled)] if together else
+                     [statement(text, [row], stats, pooled=pooled) for row in rows])]
         return out
 
     def figure(self, panels, prefix, suptitle):
@@ -259,7 +263,7 @@ def eval_interval(run_dir):
 def record(reproduces, statements, differences=(), notes=()):
     """What an artifact says: the JSON beside it, its lines in the index, its rows in claims.csv."""
     return {"reproduces": reproduces, "statements": [s.to_dict() for s in statements],
-            "rows": [r.to_dict() for s in statements for r in s.rows],
+            "rows": [{**r.to_dict(), "origin": s.origin} for s in statements for r in s.rows],
             "result": DESCRIPTIVE if not statements else None, "differences": list(differences), "notes": list(notes)}
 
 

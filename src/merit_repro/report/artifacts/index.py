@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from merit_repro.config.configfiles import with_defaults
-from merit_repro.report.claims import Stats, benjamini_hochberg
+from merit_repro.report.claims import PAPER, Stats, benjamini_hochberg
 from merit_repro.report.tables import to_markdown
 
 from .paper import budget_only, stands_in
@@ -15,7 +15,7 @@ from .paper import budget_only, stands_in
 CLAIM_COLUMNS = ["artifact", "experiment", "claim", "model", "batch", "subject", "reference", "subject_mean",
                  "subject_sd", "subject_n", "reference_mean", "reference_sd", "reference_n", "difference", "margin",
                  "basis", "verdict", "why", "kind", "test", "p_value", "ci_low", "ci_high", "correlation", "subject_lr",
-                 "reference_lr", "se", "df", "tolerance", "tests", "reason"]
+                 "reference_lr", "se", "df", "tolerance", "tests", "reason", "origin"]
 
 
 def claims_table(verdicts):
@@ -112,9 +112,18 @@ def write_index(verdict_paths, out, config, claims_csv=None):
 
 
 def summary(verdicts, alpha):
+    """The paper's statements' summary, then that of the comparisons the config adds (optimizers from outside),
+    each its own family: adding an optimizer does not change what the report says of the paper's statements."""
+    everything = [s for v in verdicts for s in v["statements"]]
+    paper = [s for s in everything if s.get("origin", PAPER) == PAPER]
+    added = [s for s in everything if s.get("origin", PAPER) != PAPER]
+    return family_summary(paper, alpha) + (family_summary(added, alpha, "Comparisons the config adds (not the "
+                                                                         "paper's)") if added else [])
+
+
+def family_summary(statements, alpha, title="Statements"):
     """The count by verdict, the inconclusive ones by why, and the Benjamini–Hochberg line over every tested
     statement's p-value (the largest of its settings', the intersection–union p)."""
-    statements = [s for v in verdicts for s in v["statements"]]
     results = pd.Series([s["result"] for s in statements], dtype=str)
     counts = results.value_counts()
     why = pd.Series([w for s in statements if s["result"] == "inconclusive" for w in s["why"].split("; ") if w],
@@ -122,14 +131,14 @@ def summary(verdicts, alpha):
     ps = [s["p_value"] for s in statements if s["result"] not in ("descriptive", "not tested at this scale")
           and s.get("p_value") is not None]
     held = sum(1 for s in statements if s["result"] == "held")
-    lines = ["Statements: " + ", ".join(f"{counts[k]} {k}" for k in counts.index) + "."]
+    lines = [f"{title}: " + ", ".join(f"{counts[k]} {k}" for k in counts.index) + "."]
     if len(why):
         lines[0] += " Inconclusive, by why: " + ", ".join(f"{why[k]} {k}" for k in why.index) + "."
     if ps:
         kept = benjamini_hochberg(ps, alpha)
         lines.append(f"Across the {len(ps)} tested statements with a p-value, Benjamini–Hochberg at a false-discovery "
                      f"rate of {alpha:g} keeps {kept} (the {held} held ones are each at alpha {alpha:g}; read together, "
-                     f"the {kept} kept are the ones that survive the multiplicity of the whole report).")
+                     f"the {kept} kept are the ones that survive the multiplicity of all of them).")
     return lines
 
 
