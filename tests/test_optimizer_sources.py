@@ -17,7 +17,7 @@ from merit_repro.config.registry import OPTIMIZERS
 from merit_repro.optim import build
 from merit_repro.optim.check import problems as build_problems
 from merit_repro.plan import grid
-from merit_repro.plan.cell import CellConfig
+from merit_repro.plan.cell import CellConfig, split_settings
 from merit_repro.plan.validate import source_problems
 
 REPO = Path(__file__).resolve().parents[1]
@@ -281,3 +281,19 @@ def test_the_comparisons_a_config_adds_are_summarised_and_corrected_apart_from_t
     assert both[:len(alone)] == alone   # the paper's statements read the same with an optimizer added
     assert both[len(alone)].startswith("Comparisons the config adds (not the paper's): 1 held, 1 did not hold.")
     assert "Across the 2 tested statements" in both[-1]
+
+
+@pytest.mark.parametrize("name", ["lion.yaml", "signum.yaml"])
+def test_the_example_configs_are_valid_and_share_the_demos_cells(name):
+    """Each example config passes the schema and every check that needs no package; its AdamW and MERIT cells are
+    the demo's own (the same settings), so after the demo only the added optimizer trains."""
+    from merit_repro.config import configfiles
+    from merit_repro.plan.validate import validate
+
+    example = validate(configfiles.load(REPO / "examples" / name))
+    demo = configfiles.load(REPO / "config" / "config.yaml")
+    for optimizer, lr in [("adamw", "2e-3"), ("merit", "4e-2")]:   # the train rule's params: what identifies a cell
+        assert (split_settings(grid.cell_config(example, "S", 262144, optimizer, 64, lr, 1))[0]
+                == split_settings(grid.cell_config(demo, "S", 262144, optimizer, 64, lr, 1))[0])
+    (added,) = sources.external_names(example)
+    assert added in example["experiments"][next(iter(example["experiments"]))]["optimizers"]

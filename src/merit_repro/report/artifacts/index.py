@@ -117,11 +117,13 @@ def summary(verdicts, alpha):
     everything = [s for v in verdicts for s in v["statements"]]
     paper = [s for s in everything if s.get("origin", PAPER) == PAPER]
     added = [s for s in everything if s.get("origin", PAPER) != PAPER]
-    return family_summary(paper, alpha) + (family_summary(added, alpha, "Comparisons the config adds (not the "
-                                                                         "paper's)") if added else [])
+    if not added:
+        return family_summary(paper, alpha)
+    return family_summary(paper, alpha) + family_summary(added, alpha, "Comparisons the config adds (not the paper's)",
+                                                         "these comparisons")
 
 
-def family_summary(statements, alpha, title="Statements"):
+def family_summary(statements, alpha, title="Statements", scope="the whole report"):
     """The count by verdict, the inconclusive ones by why, and the Benjamini–Hochberg line over every tested
     statement's p-value (the largest of its settings', the intersection–union p)."""
     results = pd.Series([s["result"] for s in statements], dtype=str)
@@ -138,7 +140,7 @@ def family_summary(statements, alpha, title="Statements"):
         kept = benjamini_hochberg(ps, alpha)
         lines.append(f"Across the {len(ps)} tested statements with a p-value, Benjamini–Hochberg at a false-discovery "
                      f"rate of {alpha:g} keeps {kept} (the {held} held ones are each at alpha {alpha:g}; read together, "
-                     f"the {kept} kept are the ones that survive the multiplicity of all of them).")
+                     f"the {kept} kept are the ones that survive the multiplicity of {scope}).")
     return lines
 
 
