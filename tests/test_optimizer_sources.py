@@ -44,6 +44,8 @@ def params():
     ("newline", {"class": "torch.optim.SGD\n"}, "is not a class of a known library"),
     ("merit", {"package": "x", "version": "1"}, "optimizers.merit is built in: package, version apply to an optimizer "
                                                 "from outside only"),
+    ("ideal", {"class": "torch.optim.SGD"}, "'ideal' names a figure's own line"),
+    ("pkgnl", {"entry_point": "x", "package": "pkg\n"}, "is not a package name"),
 ])
 def test_a_config_never_names_a_module(name, spec, message):
     (problem,) = sources.form_problems(name, spec)
@@ -163,6 +165,7 @@ def test_every_optimizer_gets_a_label_and_a_colour_of_its_own():
     assert styles["sgd"][0] == "sgd" and styles["mine"][1] == "navy"
     added = [styles[o][1] for o in ("lion", "sgd", "mine")]
     assert len(set(added)) == 3 and not set(added) & {spec.color for spec in OPTIMIZERS.values()}
+    assert sources.styles({"optimizers": {"merit": {"color": "red"}}})["merit"] == ("MERIT", "red")   # the config's
 
 
 def test_runs_of_another_version_stop_the_workflow_before_they_are_retrained(tmp_path):
@@ -278,9 +281,11 @@ def test_the_comparisons_a_config_adds_are_summarised_and_corrected_apart_from_t
     alone = summary([{"statements": paper}], 0.05)
     added = [stmt("held", 0.03, "added by the config"), stmt("did not hold", 0.02, "added by the config")]
     both = summary([{"statements": paper + added}], 0.05)
-    assert both[:len(alone)] == alone   # the paper's statements read the same with an optimizer added
-    assert both[len(alone)].startswith("Comparisons the config adds (not the paper's): 1 held, 1 did not hold.")
-    assert "Across the 2 tested statements" in both[-1]
+    assert both[0] == alone[0]   # the paper's statements are counted and corrected as without an optimizer added
+    assert both[1] == alone[1].replace("the whole report", "the paper's statements")
+    assert both[2].startswith("Comparisons the config adds (not the paper's): 1 held, 1 did not hold.")
+    assert "Across the 2 tested statements" in both[-1] and both[-1].endswith("of these comparisons).")
+    assert summary([{"statements": added}], 0.05)[0].startswith("Comparisons the config adds")
 
 
 @pytest.mark.parametrize("name", ["lion.yaml", "signum.yaml"])

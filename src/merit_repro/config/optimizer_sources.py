@@ -16,7 +16,7 @@ import itertools
 import re
 from importlib import metadata
 
-from .registry import OPTIMIZERS
+from .registry import FIGURE_LINE_COLORS, OPTIMIZERS
 
 ENTRY_POINT_GROUP = "merit_repro.optimizers"
 # The libraries whose classes a config may name: module -> the distribution (and pip name) that provides it.
@@ -27,6 +27,7 @@ STYLE_KEYS = ("label", "color")
 # Colours for optimizers without one, after the registry's (tab10 is taken by the built-ins and the QK-norm lines).
 PALETTE = ("black", "gold", "navy", "magenta", "teal", "lime", "crimson", "sienna", "indigo", "darkkhaki")
 _IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9_]*")   # fullmatch: no dunder, no dot, no trailing newline
+_PACKAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")   # an optimizer's key is a path segment and a wildcard value
 
 
@@ -60,6 +61,8 @@ def form_problems(name, spec):
     where, libraries = f"optimizers.{name}", ", ".join(f"{m}.<Class>" for m in LIBRARIES)
     if not _NAME.fullmatch(name):
         return [f"{where}: an optimizer's name is a path segment: letters, digits, _ . -, at most 64"]
+    if name in FIGURE_LINE_COLORS:
+        return [f"{where}: {name!r} names a figure's own line; give the optimizer another name"]
     if name in OPTIMIZERS:
         if is_external(spec):
             return [f"{where} is a built-in optimizer; give the one from outside another name"]
@@ -84,6 +87,8 @@ def form_problems(name, spec):
     if not spec.get("package"):
         return [f"{where} names entry point {spec['entry_point']!r} without package: name the package that "
                 "registers it, so that a machine without it says what to install"]
+    if not _PACKAGE.fullmatch(str(spec["package"])):
+        return [f"{where}.package={spec['package']!r} is not a package name (letters, digits, . _ -)"]
     return []
 
 

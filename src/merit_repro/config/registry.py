@@ -36,6 +36,8 @@ OPTIMIZERS = {
                                      "tab:pink", {"elementwise": False}),
 }
 OPTIMIZER_NAMES = tuple(OPTIMIZERS)
+# The figures' lines that are not an optimizer's, with their colours: no optimizer may take these names.
+FIGURE_LINE_COLORS = {"adamw+qknorm": "tab:red", "merit+qknorm": "tab:brown", "ideal": "tab:gray"}
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 
-from merit_repro.config.registry import OPTIMIZERS  # noqa: E402
+from merit_repro.config.registry import FIGURE_LINE_COLORS, OPTIMIZERS  # noqa: E402
 
 # One colour per optimizer (the registry's), the same in every figure, and for the lines that are not one.
-COLORS = {**{name: spec.color for name, spec in OPTIMIZERS.items()},
-          "adamw+qknorm": "tab:red", "merit+qknorm": "tab:brown", "ideal": "tab:gray"}
+COLORS = {**{name: spec.color for name, spec in OPTIMIZERS.items()}, **FIGURE_LINE_COLORS}
 
 
 @dataclass
@@ -76,7 +75,7 @@ def _wrap(text, width_in):
 def draw(panels, width=6.4, height=4.0, suptitle=None, colors=None):
     """One row of panels; each legend sits below its panel, off the data; titles wrap to the figure. colors:
     {colour key: colour} beside COLORS (an experiment's optimizers from outside)."""
-    colors = {**(colors or {}), **COLORS}   # the registry's and the fixed lines' colours win over any name
+    colors = {**COLORS, **(colors or {})}
     legend_rows = max([math.ceil((sum(bool(line.x) for line in p.lines) + bool(p.hline)) / 2) for p in panels] or [0])
     fig, axes = plt.subplots(1, len(panels), figsize=(width * len(panels), height + 0.22 * legend_rows),
                              squeeze=False, layout="constrained")

@@ -16,6 +16,7 @@ import pandas as pd
 
 from merit_repro.config.configfiles import with_defaults
 from merit_repro.config import optimizer_sources
+from merit_repro.config.registry import OPTIMIZERS
 from merit_repro.report.claims import (
     ADDED,
     DESCRIPTIVE,
@@ -132,9 +133,12 @@ class Context(PaperNumbers):
             return x > 0 and y > 0 and abs(math.log(x / y)) < self.floor(metric)
         return abs(x - y) < self.stats.of(metric).tolerance * abs(y)
 
-    def pooled(self, metric="final_val_loss"):
-        """The experiment's seed noise of a metric, pooled over its groups with two or more claim seeds."""
-        return Pooled.of([self.tested(r.model, r.optimizer, r.batch, metric) for r in self.best.itertuples()])
+    def pooled(self, metric="final_val_loss", paper=True):
+        """The experiment's seed noise of a metric, pooled over its groups with two or more claim seeds: the paper's
+        optimizers' groups for the paper's statements (an optimizer a config adds leaves their noise, and so their
+        verdicts, as they were), every group for the comparisons the config adds (paper=False)."""
+        return Pooled.of([self.tested(r.model, r.optimizer, r.batch, metric) for r in self.best.itertuples()
+                          if not paper or r.optimizer in OPTIMIZERS])
 
     def seed_runs(self, model, optimizer, batch):
         """The runs of the claim seeds at a group's best LR (empty when it has none)."""
@@ -204,6 +208,7 @@ class Context(PaperNumbers):
             text = claim.format(a=self.name(a), b=self.name(b))
             out += ([statement(text, rows, stats, pooled=pooled)] if together else
                     [statement(text, [row], stats, pooled=pooled) for row in rows])
+        pooled = self.pooled(metric, paper=False)
         for a, b in self.added_pairs() if added_claim else ():
             rows = [Setting(model, str(batch), self.tested(model, a, batch, metric),
                             self.tested(model, b, batch, metric), "", floor=self.floor(metric))

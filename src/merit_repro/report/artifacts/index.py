@@ -119,8 +119,8 @@ def summary(verdicts, alpha):
     added = [s for s in everything if s.get("origin", PAPER) != PAPER]
     if not added:
         return family_summary(paper, alpha)
-    return family_summary(paper, alpha) + family_summary(added, alpha, "Comparisons the config adds (not the paper's)",
-                                                         "these comparisons")
+    return ((family_summary(paper, alpha, scope="the paper's statements") if paper else [])
+            + family_summary(added, alpha, "Comparisons the config adds (not the paper's)", "these comparisons"))
 
 
 def family_summary(statements, alpha, title="Statements", scope="the whole report"):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from merit_repro.config.registry import OPTIMIZERS
 from merit_repro.report.claims import Estimate, Pooled, Setting, of_values, statement
 from merit_repro.report.figures import Line, Panel
 from merit_repro.report.tables import mal_by_layer, spikes_kept
@@ -99,7 +100,7 @@ def mal_vs_step(ctx, prefix):
     ctx.figure(panels, prefix, f"Figure 2: MAL of {model} at batch {batch}, layers 1 and {middle}, and every layer")
     est = {(o, g): group_estimate(ctx, model, o, batch, g, n_layers) for o in ctx.optimizers()
            for g in (*GROUPS, "all")}
-    pooled = Pooled.of([log_of(est[(o, "all")]) for o in ctx.optimizers()])   # one per group: the groups share seeds
+    pooled = Pooled.of([log_of(est[(o, "all")]) for o in ctx.optimizers() if o in OPTIMIZERS])   # one per group
     claims = [("early", "merit", "adamw", "in the early layers (1-8 of 24), MERIT suppresses AdamW's MAL"),
               ("early", "lamb", "adamw", "in the early layers (1-8 of 24), LAMB suppresses AdamW's MAL"),
               ("middle", "merit", "lamb", "in the middle layers (9-17 of 24), MERIT reduces LAMB's MAL spikes"),

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from merit_repro.config.registry import OPTIMIZERS
 from merit_repro.plan.paths import zeroshot_file
 from merit_repro.report.claims import LOWER, NO_WORSE, Estimate, Pooled, Setting, of_values, statement
 from merit_repro.report.figures import Line, Panel
@@ -75,7 +76,8 @@ def zeroshot(ctx, prefix):
                     continue
                 scores = group_scores(ctx, model, opt, batch)
                 found[opt, batch] = est = estimate(ctx, model, opt, batch, scores)
-                estimates.append(est)
+                if opt in OPTIMIZERS:   # the paper's statements' noise: its optimizers' groups only
+                    estimates.append(est)
                 row = {"model": model, "optimizer": ctx.label(model, opt), "batch": batch,
                        "paper_batch": ctx.paper_batch(model, batch), "lr": ctx.best_row(model, opt, batch).lr,
                        "n_seeds": len(scores.get("average", {}))}
