@@ -99,12 +99,15 @@ def installed_version(package):
         return None
 
 
+def registered_by(package):
+    """{name: entry point} of the optimizers that package registers in group ENTRY_POINT_GROUP."""
+    return {ep.name: ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)
+            if ep.dist is not None and normalized(ep.dist.name) == normalized(package)}
+
+
 def registered(entry_point, package):
     """The entry point of group ENTRY_POINT_GROUP called entry_point that package provides, or None."""
-    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP, name=entry_point):
-        if ep.dist is not None and normalized(ep.dist.name) == normalized(package):
-            return ep
-    return None
+    return registered_by(package).get(entry_point)
 
 
 def resolve(name, spec):
@@ -114,18 +117,16 @@ def resolve(name, spec):
     version = installed_version(package)
     if version is None:
         raise ValueError(f"{where} needs package {package}, which is not installed: pip install {package}")
-    if "entry_point" in spec and registered(spec["entry_point"], package) is None:
-        found = sorted(ep.name for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)
-                       if ep.dist is not None and normalized(ep.dist.name) == normalized(package))
+    found = registered_by(package) if "entry_point" in spec else {}
+    if "entry_point" in spec and spec["entry_point"] not in found:
         raise ValueError(f"{where}: package {package} {version} registers no optimizer {spec['entry_point']!r} in "
-                        f"entry-point group {ENTRY_POINT_GROUP} (it registers: {', '.join(found) or 'none'}); "
-                        "fix entry_point, or install the version of the package that registers it")
+                         f"entry-point group {ENTRY_POINT_GROUP} (it registers: {', '.join(sorted(found)) or 'none'}); "
+                         "fix entry_point, or install the version of the package that registers it")
     pinned = spec.get("version")
     if pinned is not None and str(pinned) != version:
         raise ValueError(f"{where} pins {package} {pinned} but {version} is installed: pip install "
-                        f"'{package}=={pinned}', or change the pin (another version trains other cells)")
-    kind = "class" if "class" in spec else "entry_point"
-    return {"package": package, "version": version, kind: spec[kind]}
+                         f"'{package}=={pinned}', or change the pin (another version trains other cells)")
+    return {**source(name, spec), "version": version}
 
 
 def source(name, spec):

@@ -21,6 +21,7 @@ from merit_repro.report.claims import (
     ADDED,
     DESCRIPTIVE,
     NO_WORSE,
+    PAPER,
     Estimate,
     Pooled,
     Setting,
@@ -185,6 +186,11 @@ class Context(PaperNumbers):
         marked ADDED: the report counts and corrects them apart from the paper's statements."""
         paper = paper or (lambda model, opt, batch: self.paper_value(table, model, opt, batch, paper_metric))
         out, pooled, stats = [], self.pooled(metric), self.stats.of(metric)
+
+        def judged(text, rows, pooled, origin=PAPER):
+            """One statement over all rows (together), or one per row."""
+            groups = [rows] if together else [[row] for row in rows]
+            return [dataclasses.replace(statement(text, g, stats, pooled=pooled), origin=origin) for g in groups]
         for a, b in PAIRS:
             if a not in self.optimizers() or b not in self.optimizers():
                 continue
@@ -206,17 +212,14 @@ class Context(PaperNumbers):
                 rows.append(Setting(model, str(batch), self.tested(model, s, batch, metric),
                                     self.tested(model, r, batch, metric), note, floor=self.floor(metric), kind=kind))
             text = claim.format(a=self.name(a), b=self.name(b))
-            out += ([statement(text, rows, stats, pooled=pooled)] if together else
-                    [statement(text, [row], stats, pooled=pooled) for row in rows])
+            out += judged(text, rows, pooled)
         pooled = self.pooled(metric, paper=False)
         for a, b in self.added_pairs() if added_claim else ():
             rows = [Setting(model, str(batch), self.tested(model, a, batch, metric),
                             self.tested(model, b, batch, metric), "", floor=self.floor(metric))
                     for model, batch in settings]
             text = added_claim.format(a=self.name(a), b=self.name(b))
-            out += [dataclasses.replace(s, origin=ADDED) for s in
-                    ([statement(text, rows, stats, pooled=pooled)] if together else
-                     [statement(text, [row], stats, pooled=pooled) for row in rows])]
+            out += judged(text, rows, pooled, ADDED)
         return out
 
     def figure(self, panels, prefix, suptitle):
