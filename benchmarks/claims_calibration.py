@@ -4,9 +4,11 @@
 
 Each row simulates --experiments statements through merit_repro.report.claims.statement, with seeds drawn
 the way the runs present them, and counts the verdicts that contradict the truth: held, did not hold or
-equivalent where the truth is otherwise. With the truth at the edge of a verdict (a null), that rate must be
-at most alpha; "± MC" is its Monte Carlo standard error. Columns: the scenario, the test the design gets,
-the false-verdict rate, its error, and whether it is within alpha (rate <= alpha + 2 MC errors).
+equivalent where the truth is otherwise. Each verdict is false on one side of the tolerance only and is its own
+one-sided test at alpha, so each verdict's rate is counted apart and the row shows the largest; with the truth
+at the edge of a verdict (a null), it must be at most alpha; "± MC" is its Monte Carlo standard error. Columns:
+the scenario, the test the design gets, the false verdict, its rate, its error, and whether it is within alpha
+(rate <= alpha + 2 MC errors).
 
 1. Equal means, independent groups (Welch, Hsu's df), seed sd ratio 1 to 6, n = 3 and 5 a side.
 2. Equal means, paired seeds (common random numbers) with correlation 0, 0.5, 0.9, unequal spreads too.
@@ -16,8 +18,14 @@ the false-verdict rate, its error, and whether it is within alpha (rate <= alpha
 5. Statements over 1, 2, 3 settings (held needs all at alpha; did not hold is Holm-corrected).
 6. The whole path: tuning.tune on two optimizers with the same LR landscape and seed-correlated noise,
    the claim seeds at each first choice, then the paired statement.
-Also: the old rule (Welch–Satterthwaite df, alpha / k on the held side) on the unequal-spread null, and the
-selection bias of the reported mean with claim seeds disjoint from the grid seed and not.
+7. Zero-shot: both models score the same 200 items, equal on the population of items but not item by item;
+   the seeds alone miss the item sampling, the item-paired variance (artifacts.zeroshot.item_variance) adds it.
+8. Through the production path (benchmarks/claims_production.py): synthetic runs -> the tables -> Context -> the
+   artifacts' statements, with mixed truths across settings, one null among true settings, a grid edge on a
+   MAL term and on the reference, paired contrasts across batches; the rules before beside each.
+Also: power, the rules before (two-sided, Welch across batches) and now on the same alternatives; the old rule
+(Welch–Satterthwaite df) on the unequal-spread null; and the selection bias of the reported mean with claim
+seeds disjoint from the grid seed and not.
 """
 
 import argparse
@@ -26,9 +34,14 @@ import random
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+import numpy as np
+
+sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "src"), str(Path(__file__).resolve().parent)]
+
+import claims_production as production  # noqa: E402
 
 from merit_repro.config.configfiles import schema_defaults  # noqa: E402
+from merit_repro.report.artifacts.zeroshot import item_variance  # noqa: E402
 from merit_repro.plan.tuning import tune  # noqa: E402
 from merit_repro.report.claims import (  # noqa: E402
     EQUIVALENT,
@@ -69,19 +82,27 @@ def pair(rng, n, sds, rho, shift=0.0, independent=False, setting=("S", 64)):
     return a, b
 
 
-def rate(stats, experiments, make, wrong):
-    """Share of experiments whose statement's verdict is in wrong; make() -> (settings, kind)."""
-    hits = 0
+def rates(stats, experiments, make):
+    """{verdict: share of experiments} of the statements make() -> (settings, kind) gives."""
+    counts = {}
     for _ in range(experiments):
         settings, kind = make()
-        hits += statement("null", settings, stats, kind or LOWER).result in wrong
-    p = hits / experiments
-    return p, math.sqrt(max(p * (1 - p), 1e-12) / experiments)
+        result = statement("null", settings, stats, kind or LOWER).result
+        counts[result] = counts.get(result, 0) + 1
+    return {k: v / experiments for k, v in counts.items()}
 
 
-def row(name, test, p, mc, alpha):
+def rate(stats, experiments, make, wrong):
+    """(the false verdict with the largest share, its share, its MC error): each verdict counted apart."""
+    found = rates(stats, experiments, make)
+    verdict = max(sorted(wrong), key=lambda v: found.get(v, 0.0))
+    p = found.get(verdict, 0.0)
+    return verdict, p, math.sqrt(max(p * (1 - p), 1e-12) / experiments)
+
+
+def row(name, test, verdict, p, mc, alpha):
     ok = "yes" if p <= alpha + 2 * mc else "NO"
-    print(f"| {name} | {test} | {p:.4f} | {mc:.4f} | {ok} |")
+    print(f"| {name} | {test} | {verdict} | {p:.4f} | {mc:.4f} | {ok} |")
     return p <= alpha + 2 * mc
 
 
@@ -142,7 +163,7 @@ def tuned_path(rng, stats, experiments, sd=0.05, rho=0.8):
     reported on claim seeds 1-3 at each one's first choice: how often the paired statement decides."""
     lrs = ["1e-3", "2e-3", "4e-3", "8e-3", "1.6e-2"]
     truth = {lr: MEAN + 0.01 * math.log(float(lr) / 4e-3) ** 2 for lr in lrs}
-    hits = 0
+    hits = {HELD: 0, NOT_HELD: 0}
     for _ in range(experiments):
         shared = {}
 
@@ -159,9 +180,68 @@ def tuned_path(rng, stats, experiments, sd=0.05, rho=0.8):
                     "extension_factor": 2.0}
             best = tune(spec, train)["best_lr"]
             estimates.append(of_values(label, {s: draws_[(best, s)] for s in (1, 2, 3)}, ("S", 64)))
-        hits += statement("null", [Setting("S", "64", *estimates)], stats).result in (HELD, NOT_HELD)
-    p = hits / experiments
-    return p, math.sqrt(max(p * (1 - p), 1e-12) / experiments)
+        result = statement("null", [Setting("S", "64", *estimates)], stats).result
+        hits[result] = hits.get(result, 0) + 1
+    verdict = max((HELD, NOT_HELD), key=hits.get)
+    p = hits[verdict] / experiments
+    return verdict, p, math.sqrt(max(p * (1 - p), 1e-12) / experiments)
+
+
+def zeroshot_nulls(rng, items=200, seeds=3):
+    """Both models equally good over the population of items (d = 0) but not item by item: a model mostly knows
+    an item or not whatever its seed (its latent draw per item is shared by its seeds; one in ten is drawn anew at
+    each seed), and a seed shifts its ability (sd 0.02). The same items score both models at every seed, so the
+    seeds alone see a small spread and miss the items' sampling. (name, test, make with the item noise, wrong
+    verdicts, make with the seeds alone)."""
+    def draw():
+        difficulty = [rng.uniform(0.2, 0.8) for _ in range(items)]
+        sides = {}
+        for name in ("merit", "adamw"):
+            known = [rng.random() for _ in range(items)]
+            sides[name] = {}
+            for s in range(1, seeds + 1):
+                shift = rng.gauss(0, 0.02)
+                latent = [rng.random() if rng.random() < 0.1 else u for u in known]
+                sides[name][s] = [float(u < p + shift) for u, p in zip(latent, difficulty)]
+        errors = {n: of_values(n, {s: 100 * (1 - sum(c) / items) for s, c in v.items()}, ("S", 64))
+                  for n, v in sides.items()}
+        arrays = {n: {s: {"t": np.array(c)} for s, c in v.items()} for n, v in sides.items()}
+        return errors, item_variance(arrays["merit"], arrays["adamw"])
+
+    def make(with_items):
+        def settings():
+            errors, variance = draw()
+            return [Setting("S", "64", errors["merit"], errors["adamw"], extra_variance=variance if with_items
+                            else 0.0, floor=0.5)], None
+        return settings
+    return [(f"zero-shot: equal over the items' population, {items} items, {seeds} seeds, tolerance 0.5 points",
+             "paired t + item noise", make(True), {HELD, NOT_HELD}, make(False))]
+
+
+def power(rng, stats, experiments):
+    """How often a true verdict is reached, the rules before (two-sided: alpha / 2 a side; Welch across batches)
+    and now (one-sided at alpha; paired wherever the seeds are the same)."""
+    tol = stats.tolerance * MEAN
+    old = Stats(stats.alpha / 2, stats.tolerance)
+    print("\npower on the same alternatives, before and now (paired, n = 3 unless said):\n")
+    print("| truth | verdict | before | now |")
+    print("|---|---|---|---|")
+    cases = [("d = -3 tol, contrast sd 2 tol", HELD,
+              lambda: [Setting("S", "64", *pair(rng, 3, (2 * tol / math.sqrt(2),) * 2, 0.0, shift=-3 * tol))], False),
+             ("d = 0, contrast sd 0.6 tol", EQUIVALENT,
+              lambda: [Setting("S", "64", *pair(rng, 3, (0.6 * tol / math.sqrt(2),) * 2, 0.0))], False),
+             ("across batches: +1.5 seed sds, r = 0.5 (before: Welch, Hsu df)", HELD,
+              lambda: [Setting("S", "16->64", *reversed(pair(rng, 3, (0.1, 0.1), 0.5, shift=0.15)))], True)]
+    for name, verdict, make, across in cases:
+        before = now = 0
+        for _ in range(experiments // 2):
+            settings = make()
+            now += statement("x", settings, stats).result == verdict
+            if across:   # the old rule paired only within a (model, batch): these sides were independent groups
+                settings = [Setting(s.model, s.batch, *(Estimate(e.label, e.mean, e.std, e.n) for e in
+                                                        (s.subject, s.reference))) for s in settings]
+            before += statement("x", settings, old).result == verdict
+        print(f"| {name} | {verdict} | {before / (experiments // 2):.3f} | {now / (experiments // 2):.3f} |")
 
 
 def old_rule_rate(rng, stats, experiments, ratio=6):
@@ -198,17 +278,26 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--experiments", type=int, default=4000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--production", type=int, default=200,
+                        help="experiments per null through the production path (0: skip; about 0.3 s each)")
     args = parser.parse_args()
     stats, rng = Stats.from_report(schema_defaults("report")), random.Random(args.seed)
     print(f"false verdicts under each null, {args.experiments} experiments each, alpha {stats.alpha:g}, tolerance "
           f"{stats.tolerance:g} of {MEAN} (means {MEAN}, seed sd 0.1 unless said):\n")
-    print("| null | test | false-verdict rate | ± MC | within alpha |")
-    print("|---|---|---|---|---|")
+    print("| null | test | false verdict (the largest) | rate | ± MC | within alpha |")
+    print("|---|---|---|---|---|---|")
     ok = True
     for name, test, make, wrong in scenarios(rng, stats):
         ok &= row(name, test, *rate(stats, args.experiments, make, wrong), stats.alpha)
     ok &= row("tune -> claims: same landscape, r=0.8, first choices on grid seed 0", "paired t",
               *tuned_path(rng, stats, max(500, args.experiments // 4)), stats.alpha)
+    for name, test, make, wrong, seeds_only in zeroshot_nulls(rng):
+        ok &= row(name, test, *rate(stats, args.experiments // 4, make, wrong), stats.alpha)
+        verdict, p, mc = rate(stats, args.experiments // 4, seeds_only, wrong)
+        print(f"|   the same without the item noise (seeds alone) | paired t | {verdict} | {p:.4f} | {mc:.4f} | – |")
+    power(rng, stats, args.experiments)
+    if args.production:
+        ok &= production.run(args.production, args.seed, stats.alpha)
     p, mc = old_rule_rate(rng, stats, args.experiments)
     print(f"\nthe old rule (Welch–Satterthwaite df) on equal means, n=3, sd ratio 6: {p:.4f} ± {mc:.4f} "
           f"(alpha {stats.alpha:g})")

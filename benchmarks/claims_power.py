@@ -6,7 +6,8 @@
    comparison must clear, in units of one run's seed sd, for n claim seeds, under Welch (independent
    groups: Hsu's df, and the Welch–Satterthwaite df of the old rule) and under the paired test at a seeds'
    correlation r (the per-seed difference has sd sqrt(2 (1 - r)) seed sds); the effect decided with 80%
-   power; and what one more claim seed costs (one cell per tuned group of the config).
+   power; and what one more claim seed costs (one cell per tuned group of the config). Every verdict is a
+   one-sided test at alpha (merit_repro.report.claims), so the margins are t(1 - alpha, df) standard errors.
 2. On the demo's runs (results/tables after `snakemake`): MERIT vs AdamW, LAMB vs AdamW and MERIT vs LAMB
    at each model's largest batch: the difference, the old margin (Welch–Satterthwaite) and the new one
    (paired), side by side, the new one in seed sds, the difference decided with 80% power at this noise
@@ -25,30 +26,29 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from merit_repro.plan import grid  # noqa: E402
 from merit_repro.report.artifacts import load_context  # noqa: E402
-from merit_repro.report.artifacts.context import PAIRS, name  # noqa: E402
-from merit_repro.report.claims import Estimate, Setting, compare, statement, t_critical  # noqa: E402
+from merit_repro.report.artifacts.context import PAIRS  # noqa: E402
+from merit_repro.report.claims import Estimate, Setting, compare, statement, t_critical, t_one_sided  # noqa: E402
 
 ALPHA = 0.05
 PAPER_NUMBERS = Path(__file__).resolve().parents[1] / "workflow" / "resources" / "paper_numbers.csv"
 
 
 def paired_margin(n, r):
-    return t_critical(ALPHA, n - 1) * math.sqrt(2 * (1 - r) / n)
+    return t_one_sided(ALPHA, n - 1) * math.sqrt(2 * (1 - r) / n)
 
 
 def welch_margin(n, hsu=True):
     df = n - 1 if hsu else 2 * (n - 1)   # equal spreads: Welch–Satterthwaite gives 2 (n - 1)
-    return t_critical(ALPHA, df) * math.sqrt(2 / n)
+    return t_one_sided(ALPHA, df) * math.sqrt(2 / n)
 
 
 def power_80(n, scale, df):
-    """The true difference (seed sds) a two-sided t test at ALPHA decides with probability 0.8."""
-    crit = t_critical(ALPHA, df)
+    """The true difference (seed sds) a one-sided t test at ALPHA decides with probability 0.8."""
+    crit = t_one_sided(ALPHA, df)
     lo, hi = 0.0, 50.0
     for _ in range(60):
         mid = (lo + hi) / 2
-        power = scipy_stats.nct.sf(crit, df, mid / scale) + scipy_stats.nct.cdf(-crit, df, mid / scale)
-        lo, hi = (mid, hi) if power < 0.8 else (lo, mid)
+        lo, hi = (mid, hi) if scipy_stats.nct.sf(crit, df, mid / scale) < 0.8 else (lo, mid)
     return hi
 
 
@@ -105,9 +105,10 @@ def on_runs(config, results):
                 new_margin = max(high - c.difference, c.tolerance) if c.testable else float("nan")
                 r = f"{c.correlation:.2f}" if c.correlation is not None else "–"
                 sd = math.sqrt((ea.std ** 2 + eb.std ** 2) / 2)   # one run's seed sd, the two sides pooled
-                print(f"| {experiment} | {model} | {batch} | {name(a)} vs {name(b)} | {ea.mean - eb.mean:+.4f} | "
+                print(f"| {experiment} | {model} | {batch} | {ctx.name(a)} vs {ctx.name(b)} | "
+                      f"{ea.mean - eb.mean:+.4f} | "
                       f"{sd:.4f} | {margin:.4f} | {before} | {new_margin:.4f} | {new_margin / sd:.2f} | "
-                      f"{power_80(ea.n, (high - c.difference) / t_critical(ALPHA, c.df) / sd, c.df) * sd:.4f} | "
+                      f"{power_80(ea.n, (high - c.difference) / t_one_sided(ALPHA, c.df) / sd, c.df) * sd:.4f} | "
                       f"{r} | {now.verdict}{f' ({now.why})' if now.why else ''} |")
 
 

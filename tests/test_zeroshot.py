@@ -5,12 +5,14 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 import torch.nn.functional as F
 import yaml
+from test_report import GRID, demo_config, landscape
 from test_train import cell_file, run_cli
 
 lm_eval = pytest.importorskip("lm_eval")
@@ -115,6 +117,9 @@ def test_the_cli_writes_lm_evals_results_beside_the_run(run, task_dir):
     ours = result["merit_repro"]
     assert ours["n"] == {"next_line": 10} and ours["metric"] == "acc" and ours["lm_eval"] == lm_eval.__version__
     assert ours["accuracy"]["next_line"] == result["results"]["next_line"]["acc,none"] == ours["mean"]
+    items = ours["items"]["next_line"]   # each item's correctness, for item-paired comparisons; no per-sample logs
+    assert len(items["correct"]) == 10 and items["correct"].count("1") / 10 == ours["mean"] and len(items["docs"]) == 16
+    assert "samples" not in result
 
 
 @pytest.mark.slow
@@ -190,3 +195,115 @@ def test_a_planted_task_file_is_refused_before_it_runs_or_a_model_loads(tmp_path
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert "zero-shot task 'next_line' is defined by 2 task files" in r.stderr and "0_next_line.yaml" in r.stderr
     assert not marker.exists() and "model.pt" not in r.stderr
+
+
+# ---------------------------------------------------------------- item-paired comparisons (the report's side)
+
+
+def test_item_variance_weighs_each_task_by_its_own_item_count():
+    """Two tasks, two seeds: var_i(seed-averaged contrast) / n_items per task, the tasks averaged (1 / n_tasks²)."""
+    from merit_repro.report.artifacts.zeroshot import correctness, item_noise, item_variance
+
+    subject = {1: {"a": [1, 1, 0, 0], "b": [0, 1]}, 2: {"a": [1, 0, 0, 0], "b": [0, 1]}}
+    reference = {1: {"a": [1, 1, 1, 0], "b": [1, 1]}, 2: {"a": [1, 1, 1, 0], "b": [1, 1]}}
+    # error contrasts in points, seed-averaged: a [0, 50, 100, 0] (mean 37.5, squares 6875), b [100, 0] (squares 5000)
+    by_hand = (6875 / 3 / 4 + 5000 / 1 / 2) / 2 ** 2
+    assert item_variance(subject, reference) == pytest.approx(by_hand)
+    one_task = item_variance({s: {"ab": r["a"] + r["b"]} for s, r in subject.items()},
+                             {s: {"ab": r["a"] + r["b"]} for s, r in reference.items()})
+    assert one_task != pytest.approx(by_hand)   # pooling the items into one task weighs them otherwise
+
+    assert list(map(str, correctness({"correct": "1-0"}))) == ["1.0", "nan", "0.0"]
+
+    def records(side, gap):   # task b with an item neither side scored between its two
+        return {s: {"a": {"correct": "".join(map(str, r["a"])), "docs": "A"},
+                    "b": {"correct": gap.join(map(str, r["b"])), "docs": "B"}} for s, r in side.items()}
+    variance, note = item_noise(records(subject, "-"), records(reference, "-"))
+    assert variance == pytest.approx(by_hand) and "item-paired over the 6 items of 2 task(s)" in note
+
+
+def test_item_noise_is_left_out_where_seeds_or_items_do_not_pair():
+    from merit_repro.report.artifacts.zeroshot import item_noise
+
+    def runs(seeds, correct="10", docs="A"):
+        return {s: {"t": {"correct": correct, "docs": docs}} for s in seeds}
+    assert item_noise(runs([1, 2]), runs([1, 2], "01"))[0] > 0
+    for reference, why in ((runs([1, 3], "01"), "the claim seeds differ, 1 2 vs 1 3"),
+                           ({1: None, 2: runs([2])[2]}, "without per-item scores"),
+                           (runs([1, 2], "01", docs="B"), "different items of t"),
+                           (runs([1, 2], "0-"), "different items of t"),
+                           (runs([1, 2], "011"), "different items of t"),
+                           ({s: {"u": r["t"]} for s, r in runs([1, 2]).items()}, "different tasks")):
+        variance, note = item_noise(runs([1, 2]), reference)
+        assert variance == 0 and note.startswith("seed-only test") and why in note, note
+    assert item_noise({}, runs([1, 2])) == (0.0, "")   # a missing side: the comparison itself says so
+
+
+TABLE1 = {"models": ["S"], "tokens": 65536, "optimizers": ["adamw", "lamb", "merit"],
+          "batch_sizes": {"adamw": [8], "lamb": [64], "merit": [64]}, "lr_grid": GRID, "artifacts": ["zeroshot"],
+          "paper": {"batch_sizes": {8: 480, 64: 4096}}}
+ITEMS = 2000
+# Per claim seed (1, 2, 3), items right of 2000: MERIT 5 points ahead of LAMB at every seed, within half a point.
+RIGHT = {"merit": (800, 820, 810), "lamb": (700, 710, 720), "adamw": (700, 710, 720)}
+
+
+@pytest.fixture(scope="module")
+def table1(tmp_path_factory):
+    """Tuned synthetic groups of a Table 1 experiment (merit_repro's report on results whose answer is known)."""
+    from synthetic import PAPER_NUMBERS, build
+
+    from merit_repro.report.artifacts import load_context
+
+    config = {**demo_config(table1=TABLE1), "zeroshot": {"tasks": ["next_line"], "metric": "acc"}}
+    paths = build(tmp_path_factory.mktemp("table1"), config, landscape({o: {8: 2.6, 64: 3.0} for o in RIGHT}))
+    ctx = load_context("table1", config, paths["runs"], paths["cells"], paths["best_lr"], PAPER_NUMBERS)
+    return config, paths, ctx
+
+
+def write_scores(ctx, layout, items=True):
+    """Each group's zero-shot file as `zeroshot eval --out` writes it: at seed s, the optimizer is right on
+    RIGHT[optimizer][s - 1] items, the first ones (layout "nested": every optimizer right on the same easy items) or
+    MERIT on the first and the others on the last (layout "apart": they get different items right)."""
+    from merit_repro.plan.paths import zeroshot_file
+
+    for optimizer, batch in (("adamw", 8), ("lamb", 64), ("merit", 64)):
+        out, runs = {}, ctx.seed_runs("S", optimizer, batch)
+        for run, seed in zip(runs.run_dir, runs.seed):
+            k = RIGHT[optimizer][int(seed) - 1]
+            right = "1" * k + "0" * (ITEMS - k)
+            correct = right if layout == "nested" or optimizer == "merit" else right[::-1]
+            ours = {"metric": "acc", "accuracy": {"next_line": k / ITEMS}, "mean": k / ITEMS,
+                    **({"items": {"next_line": {"correct": correct, "docs": "0123456789abcdef"}}} if items else {})}
+            out[run] = {"results": {"next_line": {"acc,none": k / ITEMS}}, "merit_repro": ours}
+        path = Path(zeroshot_file(ctx.results, "table1", "S", optimizer, batch))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"tasks": ["next_line"], "metric": "acc", "runs": out}))
+
+
+def merit_vs_lamb(config, paths):
+    from synthetic import make_artifact
+
+    v = make_artifact(paths, config, "zeroshot", "table1")
+    rows = [r for r in v["rows"] if r["claim"].startswith("MERIT beats LAMB")]
+    assert len(rows) == 1 and len(v["rows"]) == 2, v["rows"]
+    return rows[0], v
+
+
+def test_items_that_disagree_widen_the_comparison_the_seeds_alone_would_decide(table1):
+    config, paths, ctx = table1
+    write_scores(ctx, "nested", items=False)   # a result file from before items were kept: the seed-only test
+    seeds_only, v = merit_vs_lamb(config, paths)
+    assert seeds_only["verdict"] == "held" and seeds_only["difference"] == pytest.approx(-5.0)
+    assert seeds_only["test"] == "paired t" and "item" not in seeds_only["basis"]
+    assert "seed-only test (no item noise in the se): results without per-item scores" in seeds_only["reason"]
+    assert any("pairs items" in n for n in v["notes"])
+
+    write_scores(ctx, "nested")   # the same items right, bar MERIT's extra ones: little item noise
+    nested, _ = merit_vs_lamb(config, paths)
+    write_scores(ctx, "apart")   # the same accuracies on different items
+    apart, _ = merit_vs_lamb(config, paths)
+    for row in (nested, apart):
+        assert row["difference"] == pytest.approx(-5.0) and row["test"] == "paired t"
+        assert "item sampling adds sd" in row["basis"] and f"item-paired over the {ITEMS} items" in row["reason"]
+    assert seeds_only["se"] < nested["se"] < apart["se"]
+    assert nested["verdict"] == "held" and apart["verdict"] == "inconclusive", apart["reason"]

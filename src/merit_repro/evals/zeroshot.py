@@ -6,9 +6,10 @@
     python -m merit_repro.evals.zeroshot export --tasks arc_easy,copa,hellaswag,race,wic --out DIR   # with internet
 
 ``eval`` scores each run's own model (merit_repro.evals.harness.RunLM) at ``num_fewshot`` 0 and writes lm-eval's results
-JSON (without per-sample logs) with a ``merit_repro`` entry: the accuracy per task and their mean; one run to
-RUN/zeroshot.json, several (the workflow: a tuned group's claim seeds) to --out, keyed by run directory. Tasks are looked
-up first in the ``--include`` folders of task YAMLs (local JSONL exports: lm-eval's own task, ``include``d, with
+JSON (without per-sample logs) with a ``merit_repro`` entry: the accuracy per task, their mean and each item's
+correctness (``items``, for item-paired comparisons); one run to RUN/zeroshot.json, several (the workflow: a tuned
+group's claim seeds) to --out, keyed by run directory. Tasks are looked up first in the ``--include`` folders of task
+YAMLs (local JSONL exports: lm-eval's own task, ``include``d, with
 ``dataset_path: json``, as in lm-eval's "Using Local Datasets"), then among lm-eval's tasks, whose datasets come
 from the HuggingFace cache (``HF_DATASETS_OFFLINE=1``: nothing is downloaded). A task that is not there fails
 before the model is loaded, naming it and how to provide it.
@@ -26,22 +27,43 @@ import sys
 from pathlib import Path
 
 from merit_repro.launch.gpu_slots import gpu_slots
-from merit_repro.utils import UserError, atomic_write_json, cli, library_versions
+from merit_repro.utils import UserError, atomic_write_json, cli, library_versions, sha256_bytes
 
 from .tasks import export_task, load_tasks, write_next_line_task
 
 # ---------------------------------------------------------------- eval
 
 
+def metric_key(results, name, metric):
+    """lm-eval's key of a task's metric in its results ("<metric>,<filter>")."""
+    keys = {k.split(",")[0]: k for k in results["results"][name]}
+    if metric not in keys:
+        raise UserError(f"task {name!r} reports no {metric!r} (it reports {', '.join(sorted(keys))}); "
+                        "set zeroshot.metric to one of them")
+    return keys[metric]
+
+
 def accuracy(results, names, metric):
-    """{task: metric} from lm-eval's results (its keys are "<metric>,<filter>")."""
+    """{task: metric} from lm-eval's results."""
+    return {name: float(results["results"][name][metric_key(results, name, metric)]) for name in names}
+
+
+def item_scores(results, names, metric):
+    """{task: {"correct": one character per doc_id, "1" right, "0" wrong, "-" not scored, "docs": a digest of the
+    scored documents in doc_id order}} from lm-eval's logged samples: what lets two runs' errors be paired item by item
+    (merit_repro.report.artifacts.zeroshot), a byte an item. A task whose metric is not 0 or 1 per item is left out."""
     out = {}
     for name in names:
-        values = {k.split(",")[0]: v for k, v in results["results"][name].items()}
-        if metric not in values:
-            raise UserError(f"task {name!r} reports no {metric!r} (it reports {', '.join(sorted(values))}); "
-                            "set zeroshot.metric to one of them")
-        out[name] = float(values[metric])
+        kept = metric_key(results, name, metric).partition(",")[2]
+        samples = sorted((s for s in results["samples"][name] if s.get("filter", kept) == kept),
+                         key=lambda s: s["doc_id"])
+        if not samples or any(s[metric] not in (0, 1) for s in samples):
+            continue
+        correct = ["-"] * (samples[-1]["doc_id"] + 1)
+        for s in samples:
+            correct[s["doc_id"]] = str(int(s[metric]))
+        docs = json.dumps([s["doc"] for s in samples], sort_keys=True, default=str)
+        out[name] = {"correct": "".join(correct), "docs": sha256_bytes(docs.encode())[:16]}
     return out
 
 
@@ -58,12 +80,13 @@ def evaluate_one(run, tasks, manager, names, metric, limit, batch_size, device):
     from .harness import RunLM
 
     results = lm_eval.simple_evaluate(model=RunLM(run, device=device, batch_size=batch_size),
-                                      tasks=list(tasks.values()), num_fewshot=0, limit=limit, log_samples=False,
+                                      tasks=list(tasks.values()), num_fewshot=0, limit=limit, log_samples=True,
                                       random_seed=0, numpy_random_seed=0, torch_random_seed=0, fewshot_random_seed=0,
                                       task_manager=manager)
-    results.pop("samples", None)
-    scores = accuracy(results, names, metric)
+    scores, items = accuracy(results, names, metric), item_scores(results, names, metric)
+    del results["samples"]   # the documents and responses: megabytes; the items keep what a comparison needs
     results["merit_repro"] = {"metric": metric, "accuracy": scores, "mean": sum(scores.values()) / len(scores),
+                              "items": items,
                               "n": {n: int(results["n-samples"][n]["effective"]) for n in names},
                               "tasks": list(names), "limit": limit, "num_fewshot": 0, "run": str(run),
                               "lm_eval": getattr(lm_eval, "__version__", None), "versions": library_versions()}

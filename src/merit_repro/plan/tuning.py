@@ -36,6 +36,9 @@ from pathlib import Path
 from merit_repro.plan.records import read_summary
 from merit_repro.utils import UserError, cli
 
+# The metric the best LR minimises: the one result that more tuning can only improve at a grid edge.
+SELECTION_METRIC = "final_val_loss"
+
 ORIGIN_CONFIGURED = "configured"
 
 
@@ -153,7 +156,7 @@ def read_results(run_dirs):
     results = {}
     for (lr, seed), run_dir in run_dirs.items():
         summary = read_summary(run_dir)
-        results[(lr, int(seed))] = summary["final_val_loss"] if summary["status"] == "ok" else None
+        results[(lr, int(seed))] = summary[SELECTION_METRIC] if summary["status"] == "ok" else None
     return results
 
 

@@ -11,29 +11,35 @@ a trend or a growing gap is one estimate too.
 
 The test fits the design, fixed before the runs:
 
-    paired     every term has the same claim seeds and, within each (model, batch), coefficients that sum
-               to zero: runs at one seed share initialisation and batch order there, so the per-seed
-               contrasts c_s are independent draws; d = mean(c), se = sd(c) / sqrt(n), df = n - 1.
+    paired     every noisy term has the same claim seeds: a seed's runs are one independent draw (within a (model,
+               batch) they share initialisation and batch order, across them nothing), so the per-seed contrasts
+               c_s are independent draws at any correlation between the terms, within a setting or across batches
+               and models; d = mean(c), se = sd(c) / sqrt(n), df = n - 1.
     Welch      otherwise: se = sqrt(sum c_i² s_i² / n_i), df = min(n_i - 1) over the terms (Hsu's
                conservative df: Welch–Satterthwaite's df exceeds alpha at 3 seeds with unequal spreads).
     A side with one seed takes its experiment's pooled seed sd (df: the pool's); a zero spread never
-    decides (no noise estimate).
+    decides (no noise estimate). A source of noise the seeds do not sample (zero-shot items) adds its variance.
 
-With q = t(1 - alpha / 2, df) the interval is d ± q se and the tolerance tol = report.tolerance x the
-reference's scale (or an absolute floor). A setting's verdict, at alpha whatever the statement's size:
+Each verdict is false on one side of the tolerance only, so each is a one-sided test at alpha: with
+q = t(1 - alpha, df) the interval is d ± q se (1 - 2 alpha coverage, its ends the one-sided bounds), and the
+tolerance tol = report.tolerance x the reference's scale (or an absolute floor). A setting's verdict:
 
-    lower       held when d < -tol and the interval is below 0; equivalent when it lies within ± tol;
-    no worse    held when the interval is below +tol.
+    lower       held when d < -tol and the interval is below 0; equivalent when it lies within ± tol (TOST);
+    no worse    held when the interval is below +tol (non-inferiority).
 
 A statement over k settings holds when every setting holds, each at alpha (an intersection–union test:
-a false held stays below alpha without a correction). It did not hold when a setting is confidently on
-the other side (lower: d > tol and the interval above 0; no worse: above +tol) after Holm's correction over the k settings, the side that needs one. Otherwise it is inconclusive, with
+a false held stays below alpha without a correction), and is equivalent when every setting is. It did not hold
+when a setting is confidently on the other side (lower: d > tol and the interval above 0; no worse: above +tol)
+after Holm's correction over the k settings, the side that needs one. Otherwise it is inconclusive, with
 why: ``too few seeds`` (the difference is beyond the tolerance but the noise covers it, or there is no
-noise estimate), ``within margin`` (within the tolerance, not confidently), ``tuning failure: grid edge``
-(a best LR on its grid's edge that more tuning could move across the verdict), ``tuning failure:
-diverged`` (every LR diverged, or claim seeds diverged at the chosen LR: counted, never averaged away),
-``missing``, ``non-finite value`` (a peak MAL that overflowed at some seed, kept, not dropped).
-benchmarks/claims_calibration.py shows each rule's false-verdict rate.
+noise estimate), ``within margin`` (within the tolerance, not confidently), ``not after Holm's correction``,
+``settings disagree`` (held in some, equivalent in others), ``tuning failure: grid edge`` (a best LR on its
+grid's edge that more tuning could move across the verdict: for the metric tuning selects on, by the term's
+sign; for any other, either way), ``tuning failure: diverged`` (every LR diverged, or claim seeds diverged at the
+chosen LR: counted, never averaged away), ``missing``, ``non-finite value`` (a peak MAL that overflowed at some
+seed, kept, not dropped). A decided verdict is about the optimizers, or only ``at the chosen LRs`` where a term's
+LR choice was a close call (``Estimate.rivals``). benchmarks/claims_calibration.py shows each rule's false-verdict
+rate, through this module and through the whole report path.
 """
 
 import dataclasses
@@ -44,15 +50,20 @@ from dataclasses import dataclass, field
 # artifact job of the workflow would otherwise pay.
 from scipy.special import stdtr, stdtrit
 
+from merit_repro.plan.tuning import SELECTION_METRIC
+
 HELD, NOT_HELD, EQUIVALENT, INCONCLUSIVE, NOT_TESTED, DESCRIPTIVE = (
     "held", "did not hold", "equivalent", "inconclusive", "not tested at this scale", "descriptive")
+DECIDED = (HELD, NOT_HELD, EQUIVALENT)
 LOWER, NO_WORSE = "lower", "no worse"
 # Where a statement comes from: the paper, or a comparison a config adds (an optimizer from outside against AdamW,
 # MERIT against it); the report counts and corrects the two families apart.
 PAPER, ADDED = "paper", "added by the config"
-TOO_FEW, WITHIN, EDGE, DIVERGED, MISSING, NON_FINITE = (
+TOO_FEW, WITHIN, EDGE, DIVERGED, MISSING, NON_FINITE, HOLM, MIXED = (
     "too few seeds", "within margin", "tuning failure: grid edge", "tuning failure: diverged", "missing",
-    "non-finite value")
+    "non-finite value", "not after Holm's correction", "settings disagree: held in some, equivalent in others")
+# What a verdict is about: the optimizers, or only the LRs their grids chose, where a choice was a close call.
+ABOUT_OPTIMIZERS, AT_CHOSEN_LRS = "the optimizers", "at the chosen LRs"
 PAIRED, WELCH, ONE_SAMPLE = "paired t", "Welch t (Hsu df)", "one-sample t"
 # A spread this small relative to the values is floating-point rounding, not seed noise.
 ZERO_SPREAD = 1e-9
@@ -61,6 +72,13 @@ ZERO_SPREAD = 1e-9
 def t_critical(alpha, df):
     """Two-sided critical value: |T| > t_critical(alpha, df) with probability alpha."""
     return float(stdtrit(df, 1.0 - alpha / 2.0))
+
+
+def t_one_sided(alpha, df):
+    """One-sided critical value: T > t_one_sided(alpha, df) with probability alpha. Every verdict is one-sided (held,
+    did not hold and equivalent are each false on one side of the tolerance only), so each is tested at alpha, and
+    the interval the verdict reads is the 1 - 2 alpha one (90% at alpha 0.05)."""
+    return float(stdtrit(df, 1.0 - alpha))
 
 
 def t_cdf(t, df):
@@ -77,11 +95,13 @@ class Stats:
     alpha: float
     tolerance: float
     tolerances: dict = field(default_factory=dict)
+    lr_choice_noise: float | None = None   # report.lr_choice_noise (Context.rivals)
 
     @classmethod
     def from_report(cls, report):
         return cls(float(report["alpha"]), float(report["tolerance"]),
-                   {k: float(v) for k, v in (report.get("tolerances") or {}).items()})
+                   {k: float(v) for k, v in (report.get("tolerances") or {}).items()},
+                   float(report["lr_choice_noise"]))
 
     def of(self, metric):
         """These stats with the metric's own tolerance."""
@@ -101,6 +121,8 @@ class Estimate:
     parts: tuple = ()           # a linear combination: ((coefficient, Estimate), ...)
     values: dict | None = None  # {seed: value} of the claim seeds, for paired tests
     setting: tuple | None = None   # (model, batch): runs at one seed share initialisation and batch order there
+    metric: str | None = None   # what it measures: an edge moves only the metric tuning selects on one way
+    rivals: tuple = ()          # grid LRs whose grid-seed result is within the seed noise of the chosen one's
 
     @property
     def missing(self):
@@ -140,15 +162,16 @@ class Estimate:
         return f"{self.label} {self.mean:.{digits}f}{spread} (n={self.n}{edge})"
 
 
-def of_values(label, values, setting=None, at_edge=False, lr=None):
+def of_values(label, values, setting=None, at_edge=False, lr=None, metric=None, rivals=()):
     """An estimate from its claim seeds' values ({seed: value}); a non-finite value at any seed makes it
     a non-finite estimate (never dropped), said with its count."""
     xs = list(values.values())
     bad = [s for s, x in values.items() if not math.isfinite(x)]
     if bad:
-        return Estimate(label, math.inf, at_edge=at_edge, lr=lr, failure=NON_FINITE,
+        return Estimate(label, math.inf, at_edge=at_edge, lr=lr, failure=NON_FINITE, metric=metric, rivals=rivals,
                         inf_text=f"non-finite at {len(bad)} of {len(xs)} claim seeds (seeds {', '.join(map(str, bad))})")
-    return Estimate(label, sum(xs) / len(xs), _sd(xs), len(xs), at_edge, lr, values=dict(values), setting=setting)
+    return Estimate(label, sum(xs) / len(xs), _sd(xs), len(xs), at_edge, lr, values=dict(values), setting=setting,
+                    metric=metric, rivals=rivals)
 
 
 @dataclass
@@ -190,16 +213,17 @@ class Comparison:
         return not self.failure
 
     def p_below(self, x):
-        """p of 'd < x', on the two-sided scale (below alpha when the interval at alpha lies below x)."""
-        return min(1.0, 2.0 * t_cdf((self.difference - x) / self.se, self.df))
+        """The one-sided p of 'd < x' (below alpha when the interval at 1 - 2 alpha lies below x)."""
+        return t_cdf((self.difference - x) / self.se, self.df)
 
     def p_above(self, x):
-        return min(1.0, 2.0 * t_cdf((x - self.difference) / self.se, self.df))
+        return t_cdf((x - self.difference) / self.se, self.df)
 
     def interval(self, alpha):
+        """The interval the verdicts read: each of its ends is a one-sided bound at alpha (1 - 2 alpha coverage)."""
         if not self.testable:
             return None, None
-        half = t_critical(alpha, self.df) * self.se
+        half = t_one_sided(alpha, self.df) * self.se
         return self.difference - half, self.difference + half
 
 
@@ -209,30 +233,30 @@ def _scale(estimate):
 
 
 def paired_contrast(leaves):
-    """The per-seed contrasts of a combination whose terms pair up (see the module docstring), or None."""
+    """The per-seed contrasts of a combination whose noisy terms all have the same claim seeds (see the module
+    docstring), or None. Each seed's runs are one independent draw whatever they share (initialisation and batch
+    order within a model and batch, nothing across them), so the contrasts are independent draws too and the
+    paired t is exact at any correlation between the terms: across batches and models as within them."""
     terms = [(c, e) for c, e in leaves if e.n != 0]
-    if not terms or any(e.values is None or e.setting is None for _, e in terms):
+    if len(terms) < 2 or any(e.values is None for _, e in terms):   # one noisy term: a one-sample test
         return None
     seeds = set(terms[0][1].values)
     if len(seeds) < 2 or any(set(e.values) != seeds for _, e in terms):
         return None
-    sums = {}
-    for c, e in terms:
-        sums[e.setting] = sums.get(e.setting, 0.0) + c
-    if any(abs(s) > 1e-9 for s in sums.values()):
-        return None
-    return [sum(c * e.values[s] for c, e in terms) for s in sorted(seeds)]
+    constant = sum(c * e.mean for c, e in leaves if e.n == 0)
+    return [constant + sum(c * e.values[s] for c, e in terms) for s in sorted(seeds)]
 
 
 def _correlation(leaves):
-    """The mean Pearson correlation of the seeds' values between the two terms of each setting (None when
-    a setting has another number of terms or a constant side)."""
+    """The seeds' Pearson correlation between the two noisy terms of a difference, or the mean over the settings
+    of a contrast of differences (two terms each); None for other shapes or a constant side."""
+    noisy = [e for _, e in leaves if e.n]
     by_setting = {}
-    for _, e in leaves:
-        if e.n:
-            by_setting.setdefault(e.setting, []).append(e)
+    for e in noisy:
+        by_setting.setdefault(e.setting, []).append(e)
+    pairs = [noisy] if len(noisy) == 2 else list(by_setting.values())
     rs = []
-    for pair in by_setting.values():
+    for pair in pairs:
         if len(pair) != 2:
             return None
         seeds = sorted(pair[0].values)
@@ -276,11 +300,28 @@ def welch(leaves, pooled=None):
     return math.sqrt(total), df, notes
 
 
-def compare(a, b, stats, floor=None, pooled=None):
+def edge_terms(leaves):
+    """{"falls": the grid-edge terms whose further tuning could lower d, "rises": ... raise it}. Tuning minimises
+    SELECTION_METRIC, so more of it can only lower that metric at an edge term: d moves one way, by the term's
+    sign. Any other metric (peak MAL, perplexity, zero-shot error, steps to a target) can move either way with the
+    LR, so its edge terms could move d both ways and block every verdict."""
+    falls, rises = [], []
+    for k, e in leaves:
+        if e.at_edge:
+            if e.metric == SELECTION_METRIC:
+                (falls if k > 0 else rises).append(e)
+            else:
+                falls.append(e)
+                rises.append(e)
+    return {"falls": falls, "rises": rises}
+
+
+def compare(a, b, stats, floor=None, pooled=None, extra_variance=0.0):
     """d = a - b and its test (lower is better); floor replaces the relative tolerance (e.g. an evaluation
-    interval); pooled: the experiment's Pooled seed noise for one-seed sides."""
+    interval); pooled: the experiment's Pooled seed noise for one-seed sides; extra_variance: the variance of d from
+    a source the seeds do not sample (zero-shot items), added to the seed noise's se²."""
     leaves = a.leaves() + b.leaves(-1.0)
-    edges = {"falls": [e for k, e in leaves if e.at_edge and k > 0], "rises": [e for k, e in leaves if e.at_edge and k < 0]}
+    edges = edge_terms(leaves)
     gone = next((e for _, e in leaves if e.missing), None)
     if gone is not None:   # (a difference of two infinite values is missing too: its diverged terms say why, below)
         return Comparison(a, b, failure=MISSING, detail=f"{gone.label} has no result", **edges)
@@ -308,6 +349,9 @@ def compare(a, b, stats, floor=None, pooled=None):
         c.failure, c.detail = TOO_FEW, notes[0]
     elif se <= ZERO_SPREAD * max(_scale(a), _scale(b), abs(d), 1e-12):
         c.failure, c.detail = TOO_FEW, "no seed spread (every seed gave the same difference): no noise to test against"
+    elif extra_variance:   # the seeds' noise is estimated; the items' adds to it (df stays the seeds')
+        c.se = math.sqrt(se * se + extra_variance)
+        c.basis += f"; item sampling adds sd {math.sqrt(extra_variance):.3g} to the difference's se"
     return c
 
 
@@ -325,6 +369,7 @@ class Setting:
     not_tested: str = ""        # why this setting cannot test the statement at this scale (kept for the record)
     floor: float | None = None
     kind: str | None = None     # this setting's kind, when not the statement's
+    extra_variance: float = 0.0   # variance of d from a source the seeds do not sample (the evaluation items)
 
 
 @dataclass
@@ -340,11 +385,29 @@ class Row:
     why: str = ""                  # an inconclusive verdict's reason
     detail: str = ""               # the verdict in words
 
+    def close_calls(self):
+        """The terms whose LR choice was a close call: a grid LR within the seed noise of the chosen one."""
+        c = self.comparison
+        return [e for _, e in c.subject.leaves() + c.reference.leaves() if e.rivals]
+
+    @property
+    def lr_choice(self):
+        close = self.close_calls()
+        if not close:
+            return "clear: every other grid LR was worse than the choice by more than the seed noise"
+        return "close: " + "; ".join(f"{e.label}'s grid seeds put {', '.join(e.rivals)} within the seed noise of its "
+                                     f"choice {e.lr}" for e in close)
+
+    @property
+    def about(self):
+        return AT_CHOSEN_LRS if self.close_calls() else ABOUT_OPTIMIZERS
+
     def reason(self):
         s, c = self.setting, self.comparison
         where = f"{s.model} at batch {s.batch}" if s.batch != "" else s.model
         extra = "".join(f"; {x}" for x in (s.not_tested, s.note) if x)
-        return f"{where}: {c.subject.text()} vs {c.reference.text()}: {self.detail}{extra}"
+        scope = "" if self.verdict not in DECIDED or not self.close_calls() else f" ({AT_CHOSEN_LRS}: {self.lr_choice})"
+        return f"{where}: {c.subject.text()} vs {c.reference.text()}: {self.detail}{scope}{extra}"
 
     def to_dict(self):
         s, c = self.setting, self.comparison
@@ -361,6 +424,7 @@ class Row:
                 "margin": None if high is None else max(high - c.difference, c.tolerance),
                 "tolerance": c.tolerance, "tests": self.tests,
                 "basis": s.not_tested or c.basis or c.detail, "verdict": self.verdict, "why": self.why,
+                "about": self.about if self.verdict in DECIDED else "", "lr_choice": self.lr_choice,
                 "reason": self.reason()})
 
 
@@ -408,11 +472,16 @@ def judge(row, against_rejected):
     if not c.testable:
         row.verdict, row.why, row.detail = INCONCLUSIVE, c.failure, c.detail
         return
-    p_for, _, block_for, block_against, point_for, point_against = evidence(c, kind)
-    row.p_value = p_for
+    p_for, p_against, block_for, block_against, point_for, point_against = evidence(c, kind)
+    # The p of the held verdict's own test: its one-sided t where the point estimate is on the statement's side
+    # and no grid edge could overturn it, 1 where it cannot hold at any level.
+    row.p_value = p_for if point_for and not block_for else 1.0
     low, high = c.interval(alpha)
-    words = f"difference {c.difference:+.4g}, {1 - alpha:.0%} interval [{low:+.4g}, {high:+.4g}], tolerance ± {c.tolerance:.3g} ({c.basis})"
+    test = "non-inferiority: " if kind == NO_WORSE else ""
+    words = (f"{test}difference {c.difference:+.4g}, {1 - 2 * alpha:.0%} interval [{low:+.4g}, {high:+.4g}] (each end "
+             f"a one-sided test at {alpha:g}), tolerance ± {c.tolerance:.3g} ({c.basis})")
     equivalent = kind == LOWER and max(c.p_below(c.tolerance), c.p_above(-c.tolerance)) < alpha
+    holm = f"Holm's correction over the statement's {row.tests} settings" if row.tests > 1 else ""
     if p_for < alpha and point_for:
         verdict, blockers = HELD, block_for
     elif against_rejected and point_against:
@@ -424,11 +493,17 @@ def judge(row, against_rejected):
     if blockers:
         e = blockers[0]
         row.verdict, row.why = INCONCLUSIVE, EDGE
-        row.detail = f"{verdict} by the test, but {e.label}'s best LR {e.lr} is on its grid edge; {words}"
+        either = "" if e.metric == SELECTION_METRIC else " (more tuning could move this metric either way)"
+        row.detail = f"{verdict} by the test, but {e.label}'s best LR {e.lr} is on its grid edge{either}; {words}"
         return
     row.verdict = verdict
+    if verdict == NOT_HELD and holm:
+        words += f"; decided after {holm}"
     if verdict == INCONCLUSIVE:
-        row.why = TOO_FEW if abs(c.difference) > c.tolerance else WITHIN
+        if point_against and p_against < alpha and holm:
+            row.why, words = HOLM, f"on the other side at {alpha:g} in this setting, but not after {holm}; {words}"
+        else:
+            row.why = TOO_FEW if abs(c.difference) > c.tolerance else WITHIN
     row.detail = f"{verdict}: {words}" if verdict != INCONCLUSIVE else f"{row.why}: {words}"
 
 
@@ -452,12 +527,32 @@ class Statement:
 
     @property
     def why(self):
-        return "; ".join(dict.fromkeys(r.why for r in self.rows if r.why)) if self.result == INCONCLUSIVE else ""
+        if self.result != INCONCLUSIVE:
+            return ""
+        whys = [r.why for r in self.rows if r.why]
+        if {HELD, EQUIVALENT} <= {r.verdict for r in self.rows}:
+            whys.append(MIXED)
+        return "; ".join(dict.fromkeys(whys))
+
+    @property
+    def about(self):
+        """What a decided verdict is about: the optimizers, or the chosen LRs where a choice was a close call."""
+        judged = [r for r in self.rows if r.verdict not in (NOT_TESTED, DESCRIPTIVE)]
+        return AT_CHOSEN_LRS if any(r.close_calls() for r in judged) else ABOUT_OPTIMIZERS
+
+    def test_key(self):
+        """The test's identity: the same comparisons of the same numbers, whichever artifact states them and however
+        it names the setting (mal_tables' "M" is mal_vs_step's "M, layers 1-4"): the summary's Benjamini–Hochberg
+        line counts each distinct test once."""
+        return "|".join(f"{r.kind}:{r.comparison.subject.label}:{r.comparison.reference.label}:"
+                        f"{r.comparison.difference!r}:{r.comparison.se!r}:{r.comparison.tolerance!r}"
+                        for r in self.rows if r.kind != DESCRIPTIVE)
 
     def to_dict(self):
         where = [f"{r.setting.model} bs{r.setting.batch}" for r in self.rows]
         return _json_safe({"claim": self.claim, "kind": self.kind, "origin": self.origin, "result": self.result,
-                           "why": self.why, "p_value": self.p_value, "settings": len(self.rows),
+                           "why": self.why, "about": self.about if self.result in DECIDED else "",
+                           "p_value": self.p_value, "settings": len(self.rows), "test_key": self.test_key(),
                            "where": where[0] if len(where) == 1 else f"{len(where)} settings",
                            "reasons": self.reasons()})
 
@@ -466,9 +561,9 @@ def statement(claim, settings, stats, kind=LOWER, pooled=None):
     """Test a statement in each of its settings (held at alpha each; did not hold after Holm over the k
     settings that can test it) and combine. A setting may carry its own kind (``Setting.kind``): an ordering
     the paper prints there but does not claim is descriptive, one whose printed gap is below the tolerance
-    is tested as equivalence."""
-    rows = [Row(claim, s.kind or kind, s, compare(s.subject, s.reference, stats, s.floor, pooled), "", 0, stats.alpha)
-            for s in settings]
+    is tested as non-inferiority (``NO_WORSE``)."""
+    rows = [Row(claim, s.kind or kind, s, compare(s.subject, s.reference, stats, s.floor, pooled, s.extra_variance), "",
+                0, stats.alpha) for s in settings]
     for r in rows:
         if r.kind == DESCRIPTIVE:
             describe(r)
@@ -479,11 +574,10 @@ def statement(claim, settings, stats, kind=LOWER, pooled=None):
     for r in rows:
         if r.kind == DESCRIPTIVE:
             continue
+        r.tests = len(testable)
         judge(r, rejected.get(id(r), False))
         if r.setting.not_tested:
-            r.verdict, r.why = NOT_TESTED, ""
-        else:
-            r.tests = len(testable)
+            r.verdict, r.why, r.tests = NOT_TESTED, "", 0
     judged = [r.verdict for r in rows if r.kind != DESCRIPTIVE]
     kinds = {r.kind for r in rows if r.kind != DESCRIPTIVE}
     return Statement(claim, kinds.pop() if len(kinds) == 1 else kind if kinds else DESCRIPTIVE, rows,
@@ -500,16 +594,18 @@ def describe(row):
 
 
 def combine(verdicts):
-    """Held when every testable setting holds, did not hold when any does not, equivalent when every one holds
-    or is equivalent, not tested when none can test."""
+    """Held when every testable setting holds, did not hold when any does not (Holm-corrected), equivalent when
+    every one is equivalent, not tested when none can test; otherwise inconclusive. Held in some settings and
+    equivalent in others is neither: "lower everywhere" is false where a setting is within the tolerance, and
+    "within the tolerance everywhere" is false where one is confidently beyond it."""
     tested = [v for v in verdicts if v != NOT_TESTED]
     if not tested:
         return NOT_TESTED if verdicts else INCONCLUSIVE
     if NOT_HELD in tested:
         return NOT_HELD
-    if set(tested) == {HELD}:
-        return HELD
-    return EQUIVALENT if set(tested) <= {HELD, EQUIVALENT} else INCONCLUSIVE
+    if set(tested) in ({HELD}, {EQUIVALENT}):
+        return tested[0]
+    return INCONCLUSIVE
 
 
 def benjamini_hochberg(ps, alpha):

@@ -17,6 +17,7 @@ import pandas as pd
 from merit_repro.config.configfiles import with_defaults
 from merit_repro.config import optimizer_sources
 from merit_repro.config.registry import OPTIMIZERS
+from merit_repro.plan.tuning import SELECTION_METRIC
 from merit_repro.report.claims import (
     ADDED,
     DESCRIPTIVE,
@@ -51,6 +52,7 @@ class Context(PaperNumbers):
     best: pd.DataFrame      # the experiment's groups (best_lr.csv rows)
     paper: pd.DataFrame
     results: Path | None = None   # the results folder the tables are in (per-group files beside them)
+    _rivals: dict = dataclasses.field(default_factory=dict, repr=False)   # rivals(), once per group
 
     @property
     def spec(self):
@@ -95,10 +97,11 @@ class Context(PaperNumbers):
     def batches(self, model):
         return sorted(int(b) for b in self.best[self.best.model == model].batch.unique())
 
-    def estimate(self, model, optimizer, batch, metric="final_val_loss"):
+    def estimate(self, model, optimizer, batch, metric="final_val_loss", choice=True):
         """One optimizer's result at its first-choice LR at one batch size, over its claim seeds
         (claims.Estimate, with each seed's value for paired tests). A tuning failure (every LR diverged, or
-        claim seeds diverged at the chosen LR) is an infinite estimate that says so with its counts."""
+        claim seeds diverged at the chosen LR) is an infinite estimate that says so with its counts. choice: with
+        the LRs that rival the choice (``rivals``; the pooled noise they are judged by is computed without)."""
         label = self.label(model, optimizer)
         row = self.best_row(model, optimizer, batch)
         if row is None:
@@ -108,20 +111,46 @@ class Context(PaperNumbers):
                                                                 f"diverged runs over {int(row.n_lrs)} LRs)")
         failed = int(row.get("n_claim_diverged", 0) or 0)
         if failed:
-            return Estimate(label, math.inf, at_edge=bool(row.at_edge), lr=row.lr,
+            return Estimate(label, math.inf, at_edge=bool(row.at_edge), lr=row.lr, metric=metric,
                             inf_text=f"diverged on {failed} of {int(row.n_seeds)} claim seeds at its chosen LR {row.lr}")
-        runs = self.seed_runs(model, optimizer, batch)
+        runs, rivals = self.seed_runs(model, optimizer, batch), self.rivals(model, optimizer, batch) if choice else ()
         values = {int(s): float(v) for s, v in zip(runs.seed, pd.to_numeric(runs[metric], errors="coerce"))
                   if pd.notna(v)} if metric in runs else {}
         if values:
-            return of_values(label, values, (model, batch), bool(row.at_edge), row.lr)
+            return of_values(label, values, (model, batch), bool(row.at_edge), row.lr, metric, rivals)
         mean, n = row.get(metric), row.get(f"{metric}_n", row.n_seeds)   # a metric of the group only
         return Estimate(label, None if pd.isna(mean) else float(mean), _number(row.get(f"{metric}_std")),
-                        int(n) if pd.notna(n) else 0, bool(row.at_edge), row.lr)
+                        int(n) if pd.notna(n) else 0, bool(row.at_edge), row.lr, metric=metric, rivals=rivals)
 
-    def tested(self, model, optimizer, batch, metric="final_val_loss"):
+    def rivals(self, model, optimizer, batch):
+        """The grid LRs whose grid-seed loss is within the seed noise of the chosen LR's (report.lr_choice_noise
+        standard deviations of a difference of two grid-seed means, from the pooled claim-seed spread of the
+        loss): the LRs another grid seed could have chosen. A verdict resting on such a choice is about the
+        chosen LRs, not the optimizers."""
+        key = (model, optimizer, int(batch))
+        if key not in self._rivals:
+            self._rivals[key] = self._close_to_choice(*key)
+        return self._rivals[key]
+
+    def _close_to_choice(self, model, optimizer, batch):
+        row, pooled = self.best_row(model, optimizer, batch), self.pooled(SELECTION_METRIC, paper=False)
+        if row is None or row.status != "ok" or pooled is None:
+            return ()
+        grid_seeds = [int(s) for s in self.config.get("seeds", [0])]
+        r = self.runs
+        cells = r[(r.model == model) & (r.optimizer == optimizer) & (r.batch == batch) & r.seed.isin(grid_seeds)]
+        losses = pd.to_numeric(cells[SELECTION_METRIC], errors="coerce").where(cells.status == "ok")
+        by_lr = losses.groupby(cells.lr).agg(["mean", "count"])
+        by_lr = by_lr[by_lr["count"] == len(grid_seeds)]["mean"]
+        if row.lr not in by_lr.index:
+            return ()
+        noise = self.stats.lr_choice_noise * pooled.std * math.sqrt(2 / len(grid_seeds))
+        return tuple(lr for lr in sorted(by_lr.index, key=float)
+                     if lr != row.lr and by_lr[lr] - by_lr[row.lr] <= noise)
+
+    def tested(self, model, optimizer, batch, metric="final_val_loss", choice=True):
         """The estimate a statement tests: the metric's, or its logarithm's for a LOG_SCALE metric."""
-        e = self.estimate(model, optimizer, batch, metric)
+        e = self.estimate(model, optimizer, batch, metric, choice)
         return log_of(e) if metric in LOG_SCALE else e
 
     def floor(self, metric):
@@ -138,8 +167,8 @@ class Context(PaperNumbers):
         """The experiment's seed noise of a metric, pooled over its groups with two or more claim seeds: the paper's
         optimizers' groups for the paper's statements (an optimizer a config adds leaves their noise, and so their
         verdicts, as they were), every group for the comparisons the config adds (paper=False)."""
-        return Pooled.of([self.tested(r.model, r.optimizer, r.batch, metric) for r in self.best.itertuples()
-                          if not paper or r.optimizer in OPTIMIZERS])
+        return Pooled.of([self.tested(r.model, r.optimizer, r.batch, metric, choice=False)
+                          for r in self.best.itertuples() if not paper or r.optimizer in OPTIMIZERS])
 
     def seed_runs(self, model, optimizer, batch):
         """The runs of the claim seeds at a group's best LR (empty when it has none)."""
@@ -179,7 +208,8 @@ class Context(PaperNumbers):
 
         The paper claims the large-batch ordering only: at a model's smaller batches the ordering its single
         runs print is descriptive. Where the printed gap is below the tolerance, what the paper shows is that
-        the one it prints lower is no worse, tested as such (the rule is fixed by the paper's numbers, not ours).
+        the one it prints lower is no worse, tested as non-inferiority (the rule is fixed by the paper's numbers,
+        not ours).
 
         added_claim: the text of the comparisons the config adds (added_pairs: an optimizer from outside against
         AdamW, MERIT against it), tested by the same rule at every setting, since the paper ranks neither way, and
@@ -208,7 +238,8 @@ class Context(PaperNumbers):
                                                                     "ordering only") if x)
                 elif None not in values and self.within_tolerance(metric, *values):
                     kind, note = NO_WORSE, (f"{note}: the paper's own gap is below the tolerance ({stats.tolerance:g} "
-                                            "of the value), so what it shows is no worse, tested as such")
+                                            "of the value), so what it shows is no worse, tested as non-inferiority "
+                                            "(not worse by more than the tolerance)")
                 rows.append(Setting(model, str(batch), self.tested(model, s, batch, metric),
                                     self.tested(model, r, batch, metric), note, floor=self.floor(metric), kind=kind))
             text = claim.format(a=self.name(a), b=self.name(b))
@@ -240,7 +271,7 @@ def log_of(e):
     if not e.values:
         return e
     return of_values(f"log {e.label}", {s: math.log(v) if v > 0 else -math.inf for s, v in e.values.items()},
-                     e.setting, e.at_edge, e.lr)
+                     e.setting, e.at_edge, e.lr, e.metric, e.rivals)
 
 
 def _number(value):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from merit_repro.config.configfiles import with_defaults
-from merit_repro.report.claims import PAPER, Stats, benjamini_hochberg
+from merit_repro.report.claims import AT_CHOSEN_LRS, PAPER, Stats, benjamini_hochberg
 from merit_repro.report.tables import to_markdown
 
 from .paper import budget_only, stands_in
@@ -15,7 +15,7 @@ from .paper import budget_only, stands_in
 CLAIM_COLUMNS = ["artifact", "experiment", "claim", "model", "batch", "subject", "reference", "subject_mean",
                  "subject_sd", "subject_n", "reference_mean", "reference_sd", "reference_n", "difference", "margin",
                  "basis", "verdict", "why", "kind", "test", "p_value", "ci_low", "ci_high", "correlation", "subject_lr",
-                 "reference_lr", "se", "df", "tolerance", "tests", "reason", "origin"]
+                 "reference_lr", "se", "df", "tolerance", "tests", "about", "lr_choice", "reason", "origin"]
 
 
 def claims_table(verdicts):
@@ -32,31 +32,42 @@ def protocol(config):
             "and reports, and the choice is never revised on the seeds that report (a claim seed that diverges is "
             "counted as a divergence of that LR, not replaced). Values derived from a pilot (Figure 1's targets) come "
             "from pilot seeds that neither choose nor report. "
-            "A statement compares a subject with a reference, lower is better, in each of its settings: where the "
-            "runs share their claim seeds' initialisation and batch order (same model and batch, or a contrast of "
-            "such differences) by a paired t test on the per-seed differences, otherwise by Welch's t with Hsu's "
-            f"degrees of freedom (the smallest side's n - 1, which keeps the level at unequal spreads); two-sided "
-            f"intervals at alpha {stats.alpha:g} (`ci_low`, `ci_high`). A difference counts beyond a tolerance fixed "
-            f"before the runs (relative: {tolerances}; otherwise {stats.tolerance:g}; perplexity and MAL on the log "
-            "scale). **held**: every setting's interval lies on the statement's side (each at alpha: an "
-            "intersection–union test needs no correction); **did not hold**: a setting is confidently on the other "
-            "side after Holm's correction over the statement's settings; **equivalent**: the interval lies within "
-            "± the tolerance; **inconclusive**, with `why`: too few seeds (beyond the tolerance, but the noise covers "
-            "it, or no spread to test against), within margin (inside the tolerance, not confidently), tuning "
-            "failure: grid edge (a best LR on its grid's edge after the extensions), tuning failure: diverged (every LR, "
-            "or claim seeds at the chosen one, with counts), missing, non-finite value; **not tested at this scale**: "
-            "the setting cannot test it (the reason is given); **descriptive**: an ordering the paper prints but does "
-            "not claim (smaller batches' single runs), computed, not judged. A paper gap below the tolerance is "
-            "tested as equivalence. Verdicts use the final validation loss; the paper's tables report the best loss "
-            "reached, tabled as `best-reached`.")
+            "What is compared (the estimand): each optimizer at the LR its grid chose (the config's `lr_grid`, "
+            "extended off its edges, the lowest final validation loss on the grid seeds), not at its optimum "
+            "between grid points; a verdict whose choice was a close call (another grid LR within "
+            f"{stats.lr_choice_noise:g} sd of the seed noise of the chosen one's grid-seed loss) reads "
+            "**at the chosen LRs** (`about`, `lr_choice`). "
+            "A statement compares a subject with a reference, lower is better, in each of its settings: where every "
+            "term has the same claim seeds (a seed's runs are one independent draw, within a model and batch or "
+            "across them) by a paired t test on the per-seed contrasts, otherwise by Welch's t with Hsu's degrees of "
+            "freedom (the smallest side's n - 1, which keeps the level at unequal spreads). Each verdict is false on "
+            f"one side of the tolerance only, so each is a one-sided test at alpha {stats.alpha:g}, and the interval "
+            f"printed (`ci_low`, `ci_high`) is the {1 - 2 * stats.alpha:.0%} one whose ends they read. A difference "
+            f"counts beyond a tolerance fixed before the runs (relative: {tolerances}; otherwise {stats.tolerance:g}; "
+            "perplexity and MAL on the log scale). **held**: in every setting the difference is beyond the tolerance "
+            "and the interval lies on the statement's side of 0 (each at alpha: an intersection–union test needs no "
+            "correction); **did not hold**: a setting is confidently on the other side after Holm's correction over "
+            "the statement's settings; **equivalent**: in every setting the interval lies within ± the tolerance "
+            "(two one-sided tests); held in some settings and equivalent in others is inconclusive; a paper gap "
+            "below the tolerance is tested as **non-inferiority** (held: the interval lies below + the tolerance); "
+            "**inconclusive**, with `why`: too few seeds (beyond the tolerance, but the noise covers it, or no spread "
+            "to test against), within margin (inside the tolerance, not confidently), not after Holm's correction, "
+            "settings disagree, tuning failure: grid edge (a best LR on its grid's edge after the extensions: for "
+            "the validation loss only where more tuning could overturn the verdict, since tuning minimises it; for "
+            "every other metric always, since it can move either way with the LR), tuning failure: diverged (every "
+            "LR, or claim seeds at the chosen one, with counts), missing, non-finite value; **not tested at this "
+            "scale**: the setting cannot test it (the reason is given); **descriptive**: an ordering the paper "
+            "prints but does not claim (smaller batches' single runs), computed, not judged. Verdicts use the final "
+            "validation loss; the paper's tables report the best loss reached, tabled as `best-reached`.")
 
 
 def protocol_summary(config):
     """The protocol in one line, for each table's footer (the whole of it is ``protocol``)."""
     stats = Stats.from_report(with_defaults(config, "report"))
-    return (f"Verdicts: paired t where the runs share their seeds, else Welch with Hsu's df, at alpha {stats.alpha:g} in "
-            "every setting; did-not-hold Holm-corrected over a statement's settings; a tolerance per metric fixed "
-            "before the runs; LRs chosen once on the grid seeds, reported on the claim seeds.")
+    return (f"Verdicts: paired t where every term has the same claim seeds, else Welch with Hsu's df; each verdict a "
+            f"one-sided test at alpha {stats.alpha:g} in every setting ({1 - 2 * stats.alpha:.0%} intervals); "
+            "did-not-hold Holm-corrected over a statement's settings; a tolerance per metric fixed before the runs; "
+            "each LR the grid's first choice on the grid seeds, reported on the claim seeds.")
 
 
 def write_index(verdict_paths, out, config, claims_csv=None):
@@ -92,14 +103,16 @@ def write_index(verdict_paths, out, config, claims_csv=None):
         if not v["statements"]:
             lines.append(f"| {link} | {v['experiment']} | {v.get('claim', 'descriptive')} | – | descriptive |")
         for s in v["statements"]:
-            lines.append(f"| {link} | {v['experiment']} | {s['claim']} | {s['where']} | **{s['result']}** |")
+            about = f" ({s['about']})" if s.get("about") == AT_CHOSEN_LRS else ""
+            lines.append(f"| {link} | {v['experiment']} | {s['claim']} | {s['where']} | **{s['result']}**{about} |")
     lines += ["", *summary(verdicts, Stats.from_report(with_defaults(config, "report")).alpha), "",
               "## Every comparison", "", to_markdown(_compact(table)).rstrip()]
     for v in verdicts:
         stem = f"{v['artifact']}/{v['experiment']}"
         lines += ["", f"## {v['artifact']} — {v['experiment']}", "", f"Reproduces: {v['reproduces']}."]
         for s in v["statements"]:
-            lines += ["", f"{s['claim']}: **{s['result']}**.", ""] + [f"- {reason}" for reason in s["reasons"]]
+            about = f" ({s['about']})" if s.get("about") == AT_CHOSEN_LRS else ""
+            lines += ["", f"{s['claim']}: **{s['result']}**{about}.", ""] + [f"- {reason}" for reason in s["reasons"]]
         if v.get("notes"):
             lines += [""] + [f"Note: {note}." for note in v["notes"]]
         if v.get("differences"):
@@ -114,7 +127,8 @@ def write_index(verdict_paths, out, config, claims_csv=None):
 def summary(verdicts, alpha):
     """The paper's statements' summary, then that of the comparisons the config adds (optimizers from outside),
     each its own family: adding an optimizer does not change what the report says of the paper's statements."""
-    everything = [s for v in verdicts for s in v["statements"]]
+    everything = [{**s, "test": (v.get("experiment"), s["test_key"]) if s.get("test_key") else id(s)}
+                  for v in verdicts for s in v["statements"]]
     paper = [s for s in everything if s.get("origin", PAPER) == PAPER]
     added = [s for s in everything if s.get("origin", PAPER) != PAPER]
     if not added:
@@ -124,23 +138,34 @@ def summary(verdicts, alpha):
 
 
 def family_summary(statements, alpha, title="Statements", scope="the whole report"):
-    """The count by verdict, the inconclusive ones by why, and the Benjamini–Hochberg line over every tested
-    statement's p-value (the largest of its settings', the intersection–union p)."""
+    """The count by verdict, the inconclusive ones by why, and the Benjamini–Hochberg line over every distinct tested
+    statement's p-value: the p of its held verdict's own test (the largest of its settings', the intersection–union
+    p; 1 where a setting cannot hold: inside the tolerance, or a grid edge). A test that several artifacts state
+    (the same comparisons of the same numbers in one experiment) counts once."""
     results = pd.Series([s["result"] for s in statements], dtype=str)
     counts = results.value_counts()
     why = pd.Series([w for s in statements if s["result"] == "inconclusive" for w in s["why"].split("; ") if w],
                     dtype=str).value_counts()
-    ps = [s["p_value"] for s in statements if s["result"] not in ("descriptive", "not tested at this scale")
-          and s.get("p_value") is not None]
-    held = sum(1 for s in statements if s["result"] == "held")
+    tested = {s["test"]: s for s in statements if s["result"] not in ("descriptive", "not tested at this scale")
+              and s.get("p_value") is not None}
+    repeats = sum(1 for s in statements if s["result"] not in ("descriptive", "not tested at this scale")
+                  and s.get("p_value") is not None) - len(tested)
+    ps = [s["p_value"] for s in tested.values()]
+    held = sum(1 for s in tested.values() if s["result"] == "held")
     lines = [f"{title}: " + ", ".join(f"{counts[k]} {k}" for k in counts.index) + "."]
     if len(why):
         lines[0] += " Inconclusive, by why: " + ", ".join(f"{why[k]} {k}" for k in why.index) + "."
+    chosen = sum(1 for s in statements if s.get("about") == AT_CHOSEN_LRS)
+    if chosen:
+        lines[0] += (f" {chosen} of the decided verdicts are about the chosen LRs only: an LR choice they rest on was a "
+                     "close call (`lr_choice` in claims.csv).")
     if ps:
         kept = benjamini_hochberg(ps, alpha)
-        lines.append(f"Across the {len(ps)} tested statements with a p-value, Benjamini–Hochberg at a false-discovery "
-                     f"rate of {alpha:g} keeps {kept} (the {held} held ones are each at alpha {alpha:g}; read together, "
-                     f"the {kept} kept are the ones that survive the multiplicity of {scope}).")
+        again = f" ({repeats} more repeat one of these tests in another artifact, counted once)" if repeats else ""
+        lines.append(f"Across the {len(ps)} distinct tested statements{again}, Benjamini–Hochberg at a false-discovery "
+                     f"rate of {alpha:g}, on the p-value of each held verdict's own one-sided test, keeps {kept} (the "
+                     f"{held} distinct held ones are each at alpha {alpha:g}; read together, the {kept} kept are the "
+                     f"ones that survive the multiplicity of {scope}).")
     return lines
 
 
