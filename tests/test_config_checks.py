@@ -5,6 +5,7 @@ import os
 import time
 
 import pytest
+import yaml
 from run_helpers import SCHEMA, cli_error, tiny_config
 from test_train import TINY, cell_file, in_process_run, launch, run_cli, warm_dir  # noqa: F401 (a fixture)
 
@@ -28,8 +29,8 @@ def test_config_files_with_duplicates_aliases_tags_or_templates_are_refused(tmp_
     start = time.perf_counter()
     found = {name: configfiles.problems(path) for name, path in paths.items()}
     assert time.perf_counter() - start < 5   # the alias bomb is refused before anything expands it
-    assert found["dup"] == [f"{paths['dup']}, line 2: duplicate key b.c (first at line 2); YAML would keep only the "
-                            "last one: keep one"]
+    assert found["dup"] == [f"{paths['dup']}, line 2: duplicate key b.c (first at line 2); YAML would silently keep "
+                            "only one: keep one"]
     assert "line 1: YAML anchors and aliases are refused" in found["alias"][0]
     assert "line 1: YAML anchors and aliases are refused" in found["bomb"][0]
     assert "asks for a Python object" in found["tag"][0]
@@ -40,6 +41,50 @@ def test_config_files_with_duplicates_aliases_tags_or_templates_are_refused(tmp_
                                             "as UTF-8"]
     monkeypatch.setenv(configfiles.ALLOW_TEMPLATES, "1")
     assert configfiles.problems(paths["yte"]) == []
+
+
+@pytest.mark.parametrize("text, yte_runs_it", [
+    ("<<: {__use_yte__: true}\nresults: ?'elsewhere'\n", True),   # a merge key lifts it to the top
+    ('__use_yte__: "false"\nresults: ?1 + 1\n', True),           # a string, and a true one
+    ("__use_yte__: !!str off\nresults: ?1 + 1\n", True),
+    ("__use_yte__: [1]\nresults: ?1 + 1\n", True),               # used to crash the check
+    ("models:\n  T: {__use_yte__: true}\n", False),              # refused at any level
+])
+def test_every_template_switch_is_refused_whatever_its_value(tmp_path, monkeypatch, text, yte_runs_it):
+    """Snakemake evaluates a config as a template when YTE's loader (PyYAML's FullLoader, merge keys resolved) gives
+    a true top-level __use_yte__; the check reads the file the same way and refuses the key anywhere."""
+    monkeypatch.delenv(configfiles.ALLOW_TEMPLATES, raising=False)
+    assert bool(yaml.load(text, Loader=yaml.FullLoader).get("__use_yte__")) == yte_runs_it
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    found = configfiles.problems(path)
+    assert len(found) == 1 and "__use_yte__ makes Snakemake run the file as a YTE template" in found[0], found
+    assert found[0].startswith(f"{path}, line {1 + text.startswith('models')}: the key "
+                               f"{'models.T.' if not yte_runs_it else ''}__use_yte__ is refused"), found
+
+
+def test_a_merge_key_does_not_hide_a_duplicate(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text("results: mine\n<<: {results: theirs}\n")
+    assert configfiles.problems(path) == [f"{path}, line 1: duplicate key results (first at line 2); YAML would "
+                                          "silently keep only one: keep one"]
+
+
+@pytest.mark.parametrize("name, text", [("deep.yaml", "a: " + "[" * 5000 + "]" * 5000 + "\n"),
+                                        ("deep.json", '{"a": ' + "[" * 5000 + "]" * 5000 + "}"),
+                                        ("a-little-deep.yaml", "a: " + "[" * 40 + "]" * 40 + "\n")])
+def test_a_deeply_nested_config_is_one_error_line(tmp_path, capsys, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    line = cli_error(configfiles.main, [str(path)], capsys)
+    assert line == f"error: config file refused: {path}, line 1: nested more than 32 levels deep; a workflow config " \
+                   "needs 6 at most"
+
+
+def test_a_json_config_is_read_as_snakemake_reads_it(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text('{"results": "out", "max_job_minutes": 1e5}')   # YAML 1.1 would read 1e5 as text
+    assert configfiles.read(path) == ({"results": "out", "max_job_minutes": 100000.0}, [])
 
 
 def test_the_project_configs_are_plain_data():
@@ -61,6 +106,13 @@ def test_the_project_configs_are_plain_data():
     (lambda c: c["experiments"]["sweep"].update(tokens=float("inf")), "experiments.sweep.tokens: inf is greater than"),
     (lambda c: c["experiments"]["sweep"].update(seeds=[2**63]), "experiments.sweep.seeds.0: 9223372036854775808 is greater"),
     (lambda c: c["experiments"]["sweep"].update(batch_sizes=[10**12]), "experiments.sweep.batch_sizes.0: 1000000000000 is greater"),
+    # a name with a trailing line break used to pass ($ matches before it) and make paths with line breaks
+    (lambda c: c["models"].update({"T\n": c["models"]["T"]}), "models: 'T\\n' does not match"),
+    (lambda c: c["experiments"].update({"sweep\n": c["experiments"]["sweep"]}),
+     "experiments: 'sweep\\n' does not match"),
+    (lambda c: c["data"]["shakespeare-bytes"].update(dataset="shakespeare\n"),
+     "data.shakespeare-bytes.dataset: 'shakespeare\\n' does not match"),
+    (lambda c: c.update(bundle_name="b\n"), "bundle_name: 'b\\n' does not match"),
 ])
 def test_the_schema_names_each_bad_key_in_one_line(edit, message):
     config = tiny_config()
@@ -164,4 +216,33 @@ def test_task_folders_from_elsewhere_need_the_opt_in(monkeypatch):
         validate(config)
     validate({**config, "bundle": "b.tar.gz"})   # a rebuild from a bundle scores nothing: no opt-in needed
     monkeypatch.setenv(configfiles.ALLOW_TASK_DIRS, "1")
+    validate(config)
+
+
+@pytest.mark.parametrize("edit, message", [
+    # used to pass every check and the dry run, then fail 9 artifact jobs after every cell trained
+    (lambda c: c.update(optimizers={"adamw": {"color": "not-a-colour"}}),
+     "optimizers.adamw.color='not-a-colour' is not a matplotlib colour; use a name"),
+    # used to enter the cells' identity while the schedule set every step's LR
+    (lambda c: c.update(optimizers={"adamw": {"lr": 1.0e-2}}),
+     "optimizers.adamw.lr does nothing: every cell's lr comes from experiments.<name>.lr_grid"),
+    (lambda c: c["models"]["T"].update(batch_size=4), "models.T.batch_size does nothing: every cell's batch_size"),
+    (lambda c: c["cell_defaults"].update(optimizer_hparams={"lr": 1.0e-2}),
+     "cell_defaults.optimizer_hparams.lr does nothing: every cell's lr comes from"),
+    # used to make every job one step long
+    (lambda c: c.update(max_job_minutes=0.01), "max_job_minutes=0.01 is shorter than a training job needs"),
+    (lambda c: c.update(results="res\n"), "results='res\\n' holds a line break or control character"),
+])
+def test_settings_that_do_nothing_or_cannot_work_are_refused_before_any_job(edit, message):
+    config = tiny_config()
+    edit(config)
+    with pytest.raises(ValueError) as err:
+        validate(config)
+    lines = str(err.value).splitlines()[1:]
+    assert len(lines) == 1 and lines[0].strip().startswith(message), lines
+
+
+def test_the_shortest_job_limit_a_chain_of_jobs_uses_passes():
+    config = tiny_config()
+    config.update(max_job_minutes=0.3, optimizers={"adamw": {"color": "C3"}})   # tests/test_cluster.py's limit
     validate(config)

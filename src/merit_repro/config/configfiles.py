@@ -1,19 +1,25 @@
-"""Config files are data: each is read again strictly before the workflow uses what Snakemake loaded.
+"""Config files are data: each is read again strictly, as Snakemake reads it, before the workflow uses what Snakemake
+loaded.
 
     python -m merit_repro.config.configfiles FILE [FILE ...]    # check a config received from elsewhere
 
-Refused, with the file and line: a duplicate key (YAML keeps the last one silently), an anchor or
-alias (a few lines can expand to gigabytes: the "billion laughs"), a tag that asks for a Python
-object, and ``__use_yte__`` (it makes Snakemake evaluate the file as a YTE template, i.e. run the
-code it contains) unless ``MERIT_ALLOW_CONFIG_TEMPLATES=1`` says it is wanted.
+Refused, with the file and line: a duplicate key (YAML keeps the last one silently; a merge key ``<<`` can hide
+one), an anchor or alias (a few lines can expand to gigabytes: the "billion laughs"), a tag that asks for a Python
+object, nesting deeper than MAX_DEPTH, and a ``__use_yte__`` key at any level and with any value (it makes
+Snakemake evaluate the file as a YTE template, i.e. run the code it contains) unless
+``MERIT_ALLOW_CONFIG_TEMPLATES=1`` says it is wanted.
 
-Snakemake evaluates YTE templates while it loads ``--configfile``, before any workflow code runs;
-the workflow then refuses to go on, but what the template ran has run. A config from elsewhere is
-checked with this module's command first: it only parses, and never evaluates anything.
+Snakemake loads each ``--configfile`` while it reads its command line (snakemake.settings.types.ConfigSettings:
+``json.load``, else ``yte.process_yaml(require_use_yte=True)`` with PyYAML's FullLoader), before it reads the
+Snakefile (the ``configfile:`` directive loads its file the same way, while the Snakefile is read): a template
+runs there. The workflow's check (workflow/rules/common.smk) then refuses to go on before any job, but what the
+template ran has run. A config from elsewhere is checked with this module's command first: it only parses, and
+never evaluates anything.
 """
 
 import copy
 import functools
+import json
 import os
 import sys
 from pathlib import Path
@@ -27,6 +33,9 @@ ALLOW_TEMPLATES = "MERIT_ALLOW_CONFIG_TEMPLATES"
 # elsewhere (zeroshot.task_dirs) is code, used only when this is set to 1 (merit_repro.plan.validate).
 ALLOW_TASK_DIRS = "MERIT_ALLOW_TASK_DIRS"
 SCHEMA = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "config.schema.yaml"
+# A workflow config is at most 6 collections deep; much deeper nesting is refused before a recursive reader (PyYAML's
+# composer, json, the schema check) meets Python's recursion limit and ends in a traceback.
+MAX_DEPTH = 32
 
 
 def _where(path, mark):
@@ -35,54 +44,89 @@ def _where(path, mark):
 
 def problems(path):
     """What makes the file at path not plain data, one line each (empty when it is)."""
+    return read(path)[1]
+
+
+def read(path):
+    """(config, problems): the file at path as Snakemake reads a config file, and what makes it not plain data, one
+    line each (config is None when there are problems). Snakemake reads it as JSON when it parses as JSON, else as
+    YAML (YTE's loader: merge keys resolved), and evaluates it as a YTE template when that YAML has a true
+    ``__use_yte__`` at the top, so every ``__use_yte__`` key is refused, at any level and with any value (the
+    string "false" is true, a merge key lifts one to the top). The checks read YAML nodes, which keep the lines."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
-        return [f"{path}: not UTF-8 text ({err.reason} at byte {err.start}); save it as UTF-8"]
-    found = []
+        return None, [f"{path}: not UTF-8 text ({err.reason} at byte {err.start}); save it as UTF-8"]
     try:
-        for event in yaml.parse(text, Loader=yaml.SafeLoader):
-            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
-                found.append(f"{_where(path, event.start_mark)}: YAML anchors and aliases are refused (one alias can "
-                             "expand to gigabytes); write the values out")
-                break
-            tag = getattr(event, "tag", None)
-            if tag and tag.startswith("tag:yaml.org,2002:python/"):
-                found.append(f"{_where(path, event.start_mark)}: the tag {tag} asks for a Python object; a config "
-                             "holds plain values only")
-                break
-        if found:
-            return found
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        found = _event_problems(path, text)
+        if found:   # before the composer builds what an alias or a deep nest would make of it
+            return None, found
+        loader = yaml.SafeLoader(text)
+        try:
+            root = loader.get_single_node()
+            found = _key_problems(path, loader, root, [])
+            return (None if found else _as_snakemake_reads(text, loader, root)), found
+        finally:
+            loader.dispose()
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
-        return [f"{_where(path, mark) if mark else path}: not valid YAML ({getattr(err, 'problem', None) or err})"]
-    found += _duplicates(path, root, [])
-    if isinstance(root, yaml.MappingNode) and os.environ.get(ALLOW_TEMPLATES) != "1":
-        for key, value in root.value:
-            if key.value == "__use_yte__" and value.value.lower() not in ("false", "no", "off", "0", "null", "~", ""):
-                found.append(f"{_where(path, key.start_mark)}: __use_yte__ makes Snakemake run the file as a YTE "
-                             f"template (code); remove it, or set {ALLOW_TEMPLATES}=1 if you wrote that template")
-    return found
+        where = _where(path, mark) if mark else path
+        return None, [f"{where}: not valid YAML ({getattr(err, 'problem', None) or err})"]
+    except (ValueError, KeyError, AttributeError) as err:   # a tagged value its tag cannot read: !!int x, !!bool x
+        return None, [f"{path}: a value cannot be read as the type its tag names ({err!r}); fix it or drop the tag"]
 
 
-def _duplicates(path, node, keys):
+def _event_problems(path, text):
+    """Anchors and aliases, tags that ask for Python objects, nesting deeper than MAX_DEPTH: from the parser's
+    events, before anything is built."""
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            return [f"{_where(path, event.start_mark)}: YAML anchors and aliases are refused (one alias can expand to "
+                    "gigabytes); write the values out"]
+        tag = getattr(event, "tag", None)
+        if tag and tag.startswith("tag:yaml.org,2002:python/"):
+            return [f"{_where(path, event.start_mark)}: the tag {tag} asks for a Python object; a config holds plain "
+                    "values only"]
+        depth += isinstance(event, yaml.CollectionStartEvent) - isinstance(event, yaml.CollectionEndEvent)
+        if depth > MAX_DEPTH:
+            return [f"{_where(path, event.start_mark)}: nested more than {MAX_DEPTH} levels deep; a workflow config "
+                    "needs 6 at most"]
+    return []
+
+
+def _key_problems(path, loader, node, keys):
+    """Duplicate keys and ``__use_yte__`` keys in node and below, with merge keys resolved as every YAML loader
+    resolves them (so a merged key that repeats one written out is a duplicate too)."""
     found = []
     if isinstance(node, yaml.MappingNode):
+        loader.flatten_mapping(node)
         seen = {}
         for key, value in node.value:
             name = (key.tag, key.value) if isinstance(key, yaml.ScalarNode) else None
+            below = [*keys, str(getattr(key, "value", "?"))]
+            where = ".".join(below)
             if name in seen:
-                where = ".".join([*keys, str(key.value)])
                 found.append(f"{_where(path, key.start_mark)}: duplicate key {where} (first at line {seen[name]}); "
-                             "YAML would keep only the last one: keep one")
+                             "YAML would silently keep only one: keep one")
             elif name:
                 seen[name] = key.start_mark.line + 1
-            found += _duplicates(path, value, [*keys, str(getattr(key, "value", "?"))])
+            if name == ("tag:yaml.org,2002:str", "__use_yte__") and os.environ.get(ALLOW_TEMPLATES) != "1":
+                found.append(f"{_where(path, key.start_mark)}: the key {where} is refused at any level and with any "
+                             "value: __use_yte__ makes Snakemake run the file as a YTE template (code); remove it, or "
+                             f"set {ALLOW_TEMPLATES}=1 if you wrote that template")
+            found += _key_problems(path, loader, value, below)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            found += _duplicates(path, item, [*keys[:-1], f"{keys[-1]}[{i}]"] if keys else [f"[{i}]"])
+            found += _key_problems(path, loader, item, [*keys[:-1], f"{keys[-1]}[{i}]"] if keys else [f"[{i}]"])
     return found
+
+
+def _as_snakemake_reads(text, loader, root):
+    try:
+        return json.loads(text)   # Snakemake tries JSON first: `1e5` is a number there, and text in YAML 1.1
+    except ValueError:
+        return loader.construct_document(root) if root is not None else None
 
 
 def schema_problems(config, schema_path):
@@ -121,8 +165,7 @@ def check_schema(config, schema_path):
 def load(path):
     """A workflow config file read as the workflow reads it, for tools outside Snakemake (merit_repro.plan.cost):
     checked as data, then against the schema of this checkout."""
-    check([path])
-    config = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    (config,) = check([path])
     if not isinstance(config, dict):
         raise UserError(f"{path} is not a workflow config (a YAML mapping)")
     if SCHEMA.exists():
@@ -159,10 +202,12 @@ def with_defaults(config, key):
 
 
 def check(paths):
-    """Raise UserError naming every problem of every config file in paths."""
-    found = [p for path in paths for p in problems(path)]
+    """The config files at paths as Snakemake reads them; a UserError naming every problem of every one."""
+    files = [read(path) for path in paths]
+    found = [p for _, some in files for p in some]
     if found:
         raise UserError("config file refused: " + "; ".join(found))
+    return [config for config, _ in files]
 
 
 @cli

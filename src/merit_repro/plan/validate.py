@@ -66,7 +66,11 @@ def cell_problems(config, cell):
         return [f"{key_path(config, cell, key)} is not a cell setting; known settings: {', '.join(sorted(known))}"
                 for key in unknown], None
     cfg = CellConfig.from_dict(settings)
-    return [f"{key_path(config, cell, key)}: {message}" for key, message in cfg.problems()], cfg
+    problems = [f"{key_path(config, cell, key)}: {message}" for key, message in cfg.problems()]
+    if isinstance(cfg.optimizer_hparams, dict) and "lr" in cfg.optimizer_hparams:
+        problems.append(f"{key_path(config, cell, 'optimizer_hparams')}.lr does nothing: every cell's lr comes from "
+                        f"{COORDINATE_SOURCES['lr']}; remove it")
+    return problems, cfg
 
 
 def non_finite(obj, where="config"):
@@ -86,7 +90,7 @@ def validate(config):
     problems = [f"{where}={value} must be a finite number" for where, value in non_finite(config)]
     if problems:   # every comparison below would pass or fail the wrong way
         raise ValueError("invalid workflow config:\n  " + "\n  ".join(problems))
-    problems = reference_problems(config) + resources.problems(config)
+    problems = reference_problems(config) + limit_problems(config) + resources.problems(config)
     reported = set()   # a problem of a setting is named once, at the first cell it shows in
     for name, exp in config["experiments"].items():
         problems += experiment_problems(config, name, exp)
@@ -108,9 +112,58 @@ def reference_problems(config):
         problems.append(f"lambada={config['lambada']!r} is not a key of data ({', '.join(data)})")
     for opt, spec in config.get("optimizers", {}).items():
         problems += optimizer_sources.form_problems(opt, spec)
-    for key in config.get("cell_defaults", {}):
-        if key in COORDINATES:
-            problems.append(f"cell_defaults.{key} is a cell coordinate; set it in the experiments or models")
+    return problems + overwritten_problems(config) + colour_problems(config)
+
+
+# Where each cell coordinate comes from (merit_repro.plan.grid.cell_config): set in cell_defaults, a model or an
+# optimizer, it is overwritten by the cell's own value and does nothing.
+COORDINATE_SOURCES = {
+    "model": "models.<name>.model", "tokens": "experiments.<name>.tokens",
+    "optimizer": "experiments.<name>.optimizers", "batch_size": "experiments.<name>.batch_sizes",
+    "lr": "experiments.<name>.lr_grid, and the schedule sets every step's LR from it",
+    "seed": "seeds and claim_seeds", "data_dir": "models.<name>.data", "tokenizer": "data.<key>.tokenizer",
+    "lambada_dir": "lambada",
+}
+
+
+def overwritten_problems(config):
+    """Cell coordinates set in cell_defaults, a model or an optimizer (models.<name>.model aside): each cell
+    overwrites them with its own, so they would do nothing (an optimizer's would still enter its cells' identity)."""
+    places = [("cell_defaults", config.get("cell_defaults", {}))]
+    places += [(f"models.{name}", {k: v for k, v in spec.items() if k != "model"})
+               for name, spec in config["models"].items()]
+    places += [(f"optimizers.{name}", spec or {}) for name, spec in config.get("optimizers", {}).items()]
+    return [f"{where}.{key} does nothing: every cell's {key} comes from {COORDINATE_SOURCES.get(key, 'its grid')}; "
+            "remove it" for where, spec in places for key in spec if key in COORDINATES]
+
+
+def colour_problems(config):
+    """Optimizer colours matplotlib cannot draw with (they used to fail the figures after every cell trained)."""
+    specs = {name: spec for name, spec in config.get("optimizers", {}).items() if spec and "color" in spec}
+    if not specs:
+        return []
+    from matplotlib.colors import is_color_like   # here: only a config that sets colours pays for importing matplotlib
+
+    return [f"optimizers.{name}.color={spec['color']!r} is not a matplotlib colour; use a name (crimson), a hex code "
+            "(#1f77b4) or a cycle colour (C3)" for name, spec in specs.items() if not is_color_like(spec["color"])]
+
+
+# A training job starts Python and torch (3 to 9 s on a test machine) and keeps a fifth of its time to checkpoint in
+# (merit_repro.utils.lead_within): a shorter job can end before its first step, so a chain of them never finishes its
+# cell. tests/test_cluster.py chains 18 s jobs, the shortest that make sense on a test machine.
+MIN_JOB_MINUTES = 0.25
+
+
+def limit_problems(config):
+    """Limits that make no sense, and paths that would put line breaks in jobs' commands."""
+    problems = []
+    limit = config.get("max_job_minutes")
+    if limit is not None and limit < MIN_JOB_MINUTES:
+        problems.append(f"max_job_minutes={limit} is shorter than a training job needs to start, take a step and "
+                        f"checkpoint; give at least {MIN_JOB_MINUTES} ({60 * MIN_JOB_MINUTES:g} s), or your partition's limit")
+    for key in ("results", "figures", "bundle"):
+        if isinstance(config.get(key), str) and any(ord(c) < 32 for c in config[key]):
+            problems.append(f"{key}={config[key]!r} holds a line break or control character; remove it")
     return problems
 
 
