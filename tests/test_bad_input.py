@@ -217,6 +217,26 @@ def test_cost_cli_errors(tmp_path):
     assert "--cores 0 must be > 0" in line
 
 
+def test_cost_from_a_gpu_check_errors(tmp_path):
+    """--from-gpu-check: a file that is not JSON, JSON that is not a check's table, a table without the tokens/s of
+    the config's largest model (a failed speed row is none)."""
+    cost = [sys.executable, "-m", "merit_repro.plan.cost", "--configfile", str(TINY_WORKFLOW), "--from-gpu-check"]
+    speed = {"part": 6, "check": "demo-tiny eager: tokens/s, MFU, peak GiB (3 steps of 4 x 64)", "limit": "finite loss"}
+    files = {"table.txt": "part  result  check\n", "other.json": json.dumps({"rows": 3}),
+             "no_rate.json": json.dumps({"device": "cpu", "rows": [
+                 {**speed, "value": "RuntimeError: out of memory", "result": "FAIL"},
+                 {**speed, "check": "gpt2-small eager: tokens/s", "value": "1,000, 1%, 2", "result": "ok"}]})}
+    says = {"table.txt": "table.txt is not JSON", "other.json": "other.json is not a GPU check's table",
+            "no_rate.json": "no_rate.json has no tokens/s of demo-tiny (the config's largest model, T-qk); its part 6 "
+                            "measured gpt2-small eager"}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+        line = one_error_line(subprocess.run(cost + [str(tmp_path / name)], capture_output=True, text=True))
+        assert says[name] in line, line
+    line = one_error_line(subprocess.run(cost + [str(tmp_path / "none.json")], capture_output=True, text=True))
+    assert "none.json" in line
+
+
 def test_the_validation_offsets_sample_the_whole_split():
     offsets = batches.validation_offsets(100_000, 64, 4096)
     assert len(offsets) == 64 and offsets[-1] > 90_000 and (np.diff(offsets) >= 64).all()

@@ -106,10 +106,44 @@ def test_the_tier_part_measures_a_trainer_cell_and_prices_the_one_gpu_config(tmp
     from merit_repro.gpu_check import tier
 
     rows = tier.part_tier(common.Plan.cpu(), torch.device("cpu"), tmp_path)
-    assert [r[3] for r in rows] == [True, None], rows
+    assert [r[3] for r in rows] == [True, None, True, None], rows   # the ratio to the plain loop: judged on CUDA
     assert "tok/s" in rows[0][1] and "compile: False" in rows[0][0]
-    hours, tuning = (float(v.replace(",", "")) for v in rows[1][1].split(" = ")[0].split(" + "))
+    assert "plain loop" in rows[3][0] and " / " in rows[3][1]
+    hours, tuning = (float(v.replace(",", "")) for v in next(r for r in rows if "GPU-hours" in r[0])[1]
+                     .split(" = ")[0].split(" + "))
     assert hours > 24 and tuning > 0
+
+
+def speed_row(model, mode, tokens_per_s):
+    return dict(part=6, check=f"{model} {mode}: tokens/s, MFU, peak GiB (5 steps of 8 x 1024)", limit="finite loss",
+                value=f"{tokens_per_s:,.0f}, 40.0%, 9.1", result="ok")
+
+
+def test_the_cost_tool_prices_a_config_at_the_checks_rate_of_its_largest_model(tmp_path, capsys):
+    """merit_repro.plan.cost --from-gpu-check: part 6's tokens/s of the architecture of the config's largest model,
+    eager unless the config compiles it, the same bill as --tokens-per-s-per-gpu at that rate."""
+    from merit_repro.plan import cost
+
+    table = tmp_path / "check.json"
+    table.write_text(json.dumps({"device": "NVIDIA H200 (139 GiB) x 1", "parts": [6, 8], "rows": [
+        speed_row("gpt2-small", "eager", 250_000), speed_row("gpt2-small", "compiled", 400_000),
+        speed_row("gpt2-large", "eager", 40_000),
+        dict(part=8, check="a config/gpu1.yaml cell through merit_repro.launch (compile: True): tokens/s",
+             value="300,000 tok/s, MFU 31.0%", limit="exit 0, status ok", result="ok")]}))
+
+    def bill(*args):
+        assert cost.main(["--configfile", *args]) == 0
+        out = capsys.readouterr().out
+        return out.splitlines()[0], [line for line in out.splitlines() if line.startswith("total")][0]
+
+    for config, rate, measured in [("config/gpu1.yaml", 250_000, "gpt2-small eager"),
+                                   ("config/paper.yaml", 40_000, "gpt2-large eager")]:
+        header, total = bill(f"{common.REPO}/{config}", "--from-gpu-check", str(table))
+        assert f"at {rate:,} tokens/s per GPU ({measured} on NVIDIA H200" in header, header
+        assert total == bill(f"{common.REPO}/{config}", "--tokens-per-s-per-gpu", str(rate))[1]
+    compiled = tmp_path / "gpu1_compiled.yaml"
+    compiled.write_text((common.REPO / "config/gpu1.yaml").read_text().replace("  compile: false", "  compile: true"))
+    assert "at 400,000 tokens/s per GPU (gpt2-small compiled" in bill(str(compiled), "--from-gpu-check", str(table))[0]
 
 
 def test_the_tier_is_judged_on_the_cell_and_on_the_day():
@@ -160,6 +194,19 @@ def test_a_host_sync_in_a_step_fails_the_check(monkeypatch):
     rows = host_syncs.part_host_syncs(common.Plan.cpu(), CPU, None)
     syncing = [r for r in rows if "multi-tensor step" in r[0]]
     assert len(syncing) == 4 and not any(r[3] for r in syncing) and all("_local_scalar_dense" in r[1] for r in syncing)
+
+
+@pytest.mark.slow
+def test_the_compiled_steps_compile_match_the_eager_ones_and_are_timed():
+    """Part 4 with torch.compile (on CUDA unless --quick; here on the CPU's tiny model): a row per compiled step."""
+    from test_optim import inductor_builds
+
+    inductor_builds()
+    plan = common.Plan.cpu()
+    plan.compile = True
+    compiled = [r for r in host_syncs.part_host_syncs(plan, CPU, None) if "compiled step" in r[0]]
+    assert [r[0].split()[0] for r in compiled] == ["merit", "lamb"] and all(r[3] for r in compiled), compiled
+    assert all("x (" in r[1] and "compiled in" in r[1] for r in compiled), compiled
 
 
 def test_parity_is_judged_at_every_step():

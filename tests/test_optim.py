@@ -45,7 +45,7 @@ def make_problem(dtype=torch.float64, seed=0):
 
 def run_ours(name, weight_decay, dtype=torch.float64, steps=STEPS, **extra):
     params, grads = make_problem(dtype)
-    opt = build(name, list(params.values()), weight_decay=weight_decay, **HP, **extra)
+    opt = build(name, list(params.values()), weight_decay=weight_decay, **{**HP, **extra})
     for t in range(steps):
         for n, p in params.items():
             p.grad = grads[t][n].clone()
@@ -167,6 +167,80 @@ def test_bfloat16_parameters_step(foreach):
         assert p.dtype == torch.bfloat16 and torch.isfinite(p).all()
 
 
+@pytest.mark.parametrize("foreach", [False, True])
+@pytest.mark.parametrize("name", ["merit", "lamb"])
+def test_a_tensor_lr_steps_as_its_float(name, foreach):
+    """lr as a 0-d tensor (what a compiled step reads instead of recompiling for every new float): the same
+    steps up to float rounding (the float path adds alpha·u in one rounding, the tensor one multiplies first)."""
+    decay = dict(decoupled_weight_decay=True) if name == "lamb" else {}   # a decay factor that has lr in it
+    lr = torch.tensor(HP["lr"], dtype=torch.float64)
+    tensor_lr, _ = run_ours(name, 0.1, steps=5, foreach=foreach, lr=lr, **decay)
+    float_lr, _ = run_ours(name, 0.1, steps=5, foreach=foreach, **decay)
+    assert_close_rel(tensor_lr, float_lr, 1e-12)
+
+
+@pytest.mark.parametrize("track_diagnostics", [False, True])
+@pytest.mark.parametrize("foreach", [False, True])
+@pytest.mark.parametrize("name", ["merit", "lamb"])
+def test_step_sets_no_attribute_on_the_optimizer(name, foreach, track_diagnostics):
+    """What Dynamo refuses in a compiled step of an optimizer subclass on older torch ("Attempted setattr on a
+    user-defined object"): all a step changes is in ``state`` and in the diagnostics dict, filled in place."""
+    params, grads = make_problem(torch.float32)
+    opt = build(name, list(params.values()), weight_decay=0.1, foreach=foreach, **HP)
+    opt.track_diagnostics = track_diagnostics
+    for t in range(2):   # the step that allocates the state, then an ordinary one
+        attributes = dict(vars(opt))
+        groups = [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups]
+        for n, p in params.items():
+            p.grad = grads[t][n].clone()
+        opt.step()
+        assert vars(opt).keys() == attributes.keys()
+        assert all(vars(opt)[k] is v for k, v in attributes.items()), [k for k, v in attributes.items()
+                                                                       if vars(opt)[k] is not v]
+        assert [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups] == groups
+    assert len(opt.diagnostics) == (len(params) if track_diagnostics else 0)
+
+
+def inductor_builds():
+    """Skips the test unless inductor builds its C++ kernels here (a compiler it can use)."""
+    try:
+        torch.compile(lambda x: x + 1)(torch.ones(2))
+    except Exception as err:
+        pytest.skip(f"inductor cannot build its C++ kernels here: {type(err).__name__}: {str(err)[:200]}")
+
+
+@pytest.fixture(scope="module")
+def inductor():
+    inductor_builds()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["merit", "lamb"])
+def test_the_compiled_step_matches_the_eager_step(name, inductor):
+    """``torch.compile(opt.step)`` over 3 steps against the eager default (the chunked path here), with a tensor lr
+    that a schedule changes in place: read at each step, not compiled in, so two graphs (the step that allocates
+    the state, then the steady one) and no recompilation."""
+    from torch._dynamo.utils import counters
+
+    problem, grads = make_problem(torch.float32)
+    names = ["matrix", "vector", "zero_rows", "cube"]   # few shapes: each compiles its own kernels
+    runs = {}
+    for compiled in (False, True):
+        params = [torch.nn.Parameter(problem[n].detach().clone()) for n in names]
+        opt = build(name, params, **{**HP, "lr": torch.tensor(HP["lr"])}, weight_decay=0.1)
+        torch._dynamo.reset()
+        counters.clear()
+        step = torch.compile(opt.step) if compiled else opt.step
+        for t in range(3):
+            opt.param_groups[0]["lr"].fill_(HP["lr"] / (t + 1))
+            for n, p in zip(names, params):
+                p.grad = grads[t][n].clone()
+            step()
+        runs[compiled] = {n: p.detach().clone() for n, p in zip(names, params)}
+    assert counters["stats"]["unique_graphs"] == 2, dict(counters["stats"])
+    assert_close_rel(runs[True], {n: w.double() for n, w in runs[False].items()}, 1e-6)
+
+
 def test_maxlamb_is_tensor_max_norm_ratio_without_clip():
     # one step from zero state: a = g/(|g|*sqrt(1-b2)/(1-b1) ...): compare with the formula directly
     w = torch.randn(6, 5, dtype=torch.float64)
@@ -214,7 +288,8 @@ def test_diagnostics_fractions(foreach):
     assert opt.diagnostics[params["matrix"]] is reading  # ordinary steps leave the last reading alone
 
 
-@pytest.mark.parametrize("kwargs,word", [(dict(lr=-1), "lr"), (dict(eps=-1), "eps"),
+@pytest.mark.parametrize("kwargs,word", [(dict(lr=-1), "lr"), (dict(lr=torch.ones(2) * 1e-3), "one element"),
+                                         (dict(eps=-1), "eps"),
                                          (dict(betas=(1.0, 0.9)), "betas[0]"),
                                          (dict(betas=(0.9, -0.1)), "betas[1]"),
                                          (dict(weight_decay=-0.1), "weight_decay"),

@@ -5,8 +5,8 @@
 What breaks first at paper scale, in eight parts, each timed as it goes; one table at the end, and exit
 1 on any FAIL (a part that raises is a FAIL row; the others still run). Under 7 minutes on one H200,
 torch.compile included; estimated, the training FLOPs being seconds: part 1 ~70 s (process and CUDA start-up of
-4 cells), part 2 ~50 s (compiling GPT-2 Small), part 3 ~35 s (3 torchruns), part 6 ~25 s, part 8 ~90 s (a
-compiled trainer cell), the others ~5-15 s. scripts/gpu_check.sh sets a bare GPU machine up first.
+4 cells), part 2 ~50 s (compiling GPT-2 Small), part 3 ~35 s (3 torchruns), part 6 ~25 s, part 8 ~100 s (a
+compiled trainer cell and its plain loop), the others ~5-15 s. scripts/gpu_check.sh sets a bare GPU machine up first.
 One module per part, each with its part_* function and the judge_* helpers that turn results into rows:
 
 1. ``workflow``: the trainer through the workflow: ``snakemake --cores 4 --resources gpu=1`` on
@@ -21,7 +21,8 @@ One module per part, each with its part_* function and the judge_* helpers that 
    ($MERIT_DDP_BACKEND: NCCL refuses two ranks on one device), and NCCL between GPUs is reported skipped.
 4. ``host_syncs``: host synchronisations: ``torch.cuda.set_sync_debug_mode("error")`` around MERIT's and
    LAMB's multi-tensor steps (diagnostics on and off) and the trainer's gradient clipping, on GPT-2 Small's
-   parameters; MERIT's and LAMB's step times against fused AdamW (reported).
+   parameters; MERIT's and LAMB's step times against fused AdamW (reported), and with compile on,
+   ``torch.compile(opt.step)`` of each: its time against AdamW's and its drift from the eager step after 3 steps.
 5. ``memory``: ``merit_repro.train.memory.fit_micro_batch`` for GPT-2 Small at 240 sequences per GPU (the
    paper's 480 on 2 GPUs, DDP buckets counted), then 3 MERIT steps at the fitted micro-batch with gradient
    accumulation: no OOM, peak memory (plus the DDP buckets this DDP-free step lacks) within the fit's limit.
@@ -34,7 +35,9 @@ One module per part, each with its part_* function and the judge_* helpers that 
 8. ``tier``: config/gpu1.yaml's cost from a measurement: a cell of its model (GPT-2 Small, context 1024, 128
    sequences, GPT-2 BPE on Shakespeare) trains 12 steps through ``python -m merit_repro.launch`` with
    ``compile: true``; its tokens/s (compilation excluded) go to ``merit_repro.plan.cost --tokens-per-s-per-gpu``,
-   and the config's GPU-hours, tuning's bound included, must be at most 24.
+   and the config's GPU-hours, tuning's bound included, must be at most 24. Beside it, ``plain_loop``: the same
+   cell's model, micro-batch, optimizer, autocast, compile and clipping in a bare loop (no probes, evaluation or
+   logging), timed the same way: the trainer's tokens/s over the plain loop's must be at least 0.97 on a GPU.
 
 ``common`` holds the sizes of every part (``Plan``) and the helpers the parts share; ``__main__`` runs the
 parts and prints the table.

@@ -38,7 +38,7 @@ PARTS = {
     5: ("micro-batch fit, then real MERIT steps at the fitted size", part_memory),
     6: ("tokens/s and MFU per model size", part_speed),
     7: ("optimizers vs the float64 reference, the MAL probe", part_reference),
-    8: ("config/gpu1.yaml's cost from a compiled trainer cell's measured tokens/s", part_tier),
+    8: ("config/gpu1.yaml's cost from a compiled trainer cell's measured tokens/s, beside a plain loop's", part_tier),
 }
 QUICK_PARTS = (2, 3, 4, 5, 7)   # --quick: no workflow, no speed table, no tier cell, no torch.compile
 

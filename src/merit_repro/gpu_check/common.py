@@ -166,3 +166,19 @@ def corpus(workdir, tokenizer="bytes"):
     if not (out / "meta.json").exists():
         prepare("shakespeare", tokenizer, out)
     return out
+
+
+def accumulated_step(runner, model, opt, micro_batches, autocast_context, grad_clip=0.0):
+    """One optimizer step over micro-batches of (x, y) as the trainer takes it: each loss over their number
+    backwards, then the global grad-norm clipped when grad_clip > 0; the mean loss, detached, on the device."""
+    loss_sum = 0.0
+    for x, y in micro_batches:
+        with autocast_context:
+            _, loss = runner(x, y)
+        (loss / len(micro_batches)).backward()
+        loss_sum = loss_sum + loss.detach()
+    if grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return loss_sum / len(micro_batches)

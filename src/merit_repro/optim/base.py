@@ -1,6 +1,7 @@
 """The torch.optim.Optimizer plumbing shared by MERIT and LAMB: validation, state, dispatch."""
 
 import torch
+from torch import Tensor
 from torch.optim import Optimizer
 
 from .trust_ratio import StepOptions, multi_tensor_step, single_tensor_step
@@ -10,6 +11,8 @@ DEFAULT_CHUNK_NUMEL = 1 << 18
 
 
 def validate_adam_hparams(lr, betas, eps, weight_decay):
+    if isinstance(lr, Tensor) and lr.numel() != 1:
+        raise ValueError(f"Invalid learning rate lr={lr}: a tensor lr must have one element")
     if not 0.0 <= lr:
         raise ValueError(f"Invalid learning rate lr={lr}: must be >= 0")
     if not 0.0 <= eps:
@@ -33,6 +36,12 @@ class TrustRatioOptimizer(Optimizer):
     for LAMB). Set ``track_diagnostics = True`` before a step to get, per parameter, the fraction
     of elements clipped and of elements where MERIT's tensor-level floor binds, as 0-d tensors
     in ``self.diagnostics`` (ordinary steps pay nothing for this).
+
+    ``torch.compile(opt.step)`` works (the multi-tensor path, fused by the compiler): ``step`` keeps
+    everything that changes in ``state`` (``step`` is a tensor), sets no attribute on the optimizer
+    and reads no tensor's value in Python. ``lr`` may be a 0-d tensor (on the parameters' device),
+    as for torch's optimizers: a schedule that updates it in place (``group["lr"].fill_(x)``) then
+    does not recompile the step, as a new float each step would.
     """
 
     def __init__(self, params, defaults):
@@ -83,22 +92,30 @@ class TrustRatioOptimizer(Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        self.diagnostics = {} if self.track_diagnostics else self.diagnostics
+        diagnostics = self.diagnostics if self.track_diagnostics else None
+        if diagnostics is not None:
+            diagnostics.clear()   # filled in place: a compiled step cannot set attributes on the optimizer
         for group in self.param_groups:
             tensors = self._gather(group)
             if not tensors[0]:
                 continue
-            beta1, beta2 = group["betas"]
-            opts = StepOptions(
-                lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"],
-                weight_decay=group["weight_decay"],
-                decoupled_weight_decay=group.get("decoupled_weight_decay", False),
-                bias_correction=group.get("bias_correction", False),
-                clip=group.get("clip", False), chunk_numel=group["chunk_numel"],
-            )
-            foreach = group["foreach"]
-            if foreach is None:
-                foreach = tensors[0][0].is_cuda
-            impl = multi_tensor_step if foreach else single_tensor_step
-            impl(*tensors, self.make_ratio(group), opts, self.diagnostics if self.track_diagnostics else None)
+            impl = multi_tensor_step if uses_multi_tensor(group, tensors[0][0]) else single_tensor_step
+            impl(*tensors, self.make_ratio(group), step_options(group), diagnostics)
         return loss
+
+
+def uses_multi_tensor(group, param):
+    """The group's ``foreach``, where None means on CUDA; always when compiled (see trust_ratio)."""
+    if torch.compiler.is_compiling():
+        return True
+    return param.is_cuda if group["foreach"] is None else group["foreach"]
+
+
+def step_options(group):
+    beta1, beta2 = group["betas"]
+    return StepOptions(
+        lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"], weight_decay=group["weight_decay"],
+        decoupled_weight_decay=group.get("decoupled_weight_decay", False),
+        bias_correction=group.get("bias_correction", False), clip=group.get("clip", False),
+        chunk_numel=group["chunk_numel"],
+    )

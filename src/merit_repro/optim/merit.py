@@ -21,14 +21,14 @@ class MERIT(TrustRatioOptimizer):
 
     Args:
         params: parameters or param groups.
-        lr: learning rate (official default 1e-3).
+        lr: learning rate (official default 1e-3); a 0-d tensor when a compiled step's schedule changes it in place.
         betas: (β1, β2) (official default (0.9, 0.999)).
         eps: added to sqrt(v) (official code 1e-6; its docstring says 1e-8).
         weight_decay: L2 coefficient added inside the direction (official default 0).
         elementwise: use row/column ratios (False: the tensor ratio ``b`` alone, Figure 7).
         weight_floor: floor the element-wise ratio by ``b`` (False: Figure 7 ablation).
         clip: clip the scaled step element-wise to [-1, 1] (False: Figure 7 ablation).
-        foreach: multi-tensor path (None: on CUDA yes, on CPU the chunked per-tensor path).
+        foreach: multi-tensor path (None: on CUDA yes, on CPU the chunked per-tensor path; compiled: always).
         chunk_numel: elements per chunk in the per-tensor path (a speed knob; results do not depend on it
             except through float32 summation order, which MERIT's max-norms do not have).
     """

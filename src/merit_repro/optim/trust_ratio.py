@@ -26,21 +26,26 @@ for bit where a tensor is one chunk).
 Nothing here reads a tensor back to the host or copies host data to the device (no ``.item()``,
 no ``torch.tensor``, no boolean masks): zero guards and diagnostics stay on the device, and a step
 never waits for the GPU (``dispatch_count`` counts such operators; tests/test_optim.py checks).
+
+Both paths are functions of tensor lists and plain options, with no Python branch on a tensor's value, so
+``torch.compile(opt.step)`` traces the multi-tensor path, which the compiler fuses down to the two passes
+(on the CPU, inductor makes one kernel per tensor for the moments and the statistics, one for the update).
+A compiled step takes that path whatever ``foreach`` says: the compiler makes its own loops, and unrolling
+the chunks would only grow the graph.
 """
 
-import functools
 import math
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
 
-@dataclass(frozen=True)
-class StepOptions:
-    """Hyperparameters of one param group, resolved for one step."""
+class StepOptions(NamedTuple):
+    """Hyperparameters of one param group, resolved for one step. ``lr`` is a float, or the group's 0-d
+    tensor when the user gave one (a compiled step then reads it instead of recompiling when it changes)."""
 
-    lr: float
+    lr: float | Tensor
     beta1: float
     beta2: float
     eps: float
@@ -178,7 +183,7 @@ class L2NormRatio:
 
     def __init__(self, params, max_weight_norm: float | None = 10.0):
         self.max_weight_norm = max_weight_norm
-        self.dtype = functools.reduce(torch.promote_types, (p.dtype for p in params), torch.float32)
+        self.dtype = torch.float64 if torch.float64 in [p.dtype for p in params] else torch.float32
 
     def statistics(self, params, updates):
         """Multi-tensor path: the norms of whole tensors."""
@@ -231,6 +236,18 @@ def direction(exp_avg, exp_avg_sq, param, out, opts: StepOptions, bc1=None, bc2_
     return out
 
 
+def descend(params, updates, opts: StepOptions):
+    """w <- w * (1 - lr*wd if decoupled) - lr * u for lists of tensors; a tensor lr scales u in place first
+    (``alpha`` takes numbers only)."""
+    if opts.weight_decay != 0 and opts.decoupled_weight_decay:
+        torch._foreach_mul_(params, 1 - opts.lr * opts.weight_decay)
+    if isinstance(opts.lr, Tensor):
+        torch._foreach_mul_(updates, opts.lr)
+        torch._foreach_sub_(params, updates)
+    else:
+        torch._foreach_add_(params, updates, alpha=-opts.lr)
+
+
 def apply_update(param, update, scale, opts: StepOptions, clip_count=None):
     """w <- w * (1 - lr*wd if decoupled) - lr * clip(scale * update); update is overwritten."""
     update.mul_(scale)
@@ -238,9 +255,7 @@ def apply_update(param, update, scale, opts: StepOptions, clip_count=None):
         clip_count += (update.abs() > 1).sum()
     if opts.clip:
         update.clamp_(-1.0, 1.0)
-    if opts.weight_decay != 0 and opts.decoupled_weight_decay:
-        param.mul_(1 - opts.lr * opts.weight_decay)
-    param.add_(update, alpha=-opts.lr)
+    descend([param], [update], opts)
 
 
 def _update_moments(exp_avg, exp_avg_sq, grad, opts: StepOptions):
@@ -308,6 +323,4 @@ def multi_tensor_step(params, grads, exp_avgs, exp_avg_sqs, steps, ratio, opts, 
     if opts.clip:
         torch._foreach_clamp_min_(updates, -1.0)
         torch._foreach_clamp_max_(updates, 1.0)
-    if opts.weight_decay != 0 and opts.decoupled_weight_decay:
-        torch._foreach_mul_(params, 1 - opts.lr * opts.weight_decay)
-    torch._foreach_add_(params, updates, alpha=-opts.lr)
+    descend(params, updates, opts)

