@@ -17,6 +17,7 @@ import pandas as pd
 from merit_repro.config.configfiles import with_defaults
 from merit_repro.config import optimizer_sources
 from merit_repro.config.registry import OPTIMIZERS
+from merit_repro.plan.grid import grid_seeds
 from merit_repro.plan.tuning import SELECTION_METRIC
 from merit_repro.report.claims import (
     ADDED,
@@ -132,19 +133,27 @@ class Context(PaperNumbers):
             self._rivals[key] = self._close_to_choice(*key)
         return self._rivals[key]
 
+    @functools.cached_property
+    def _choice_noise(self):
+        """(grid seeds, the sd of a difference of two grid-seed means of the loss, times report.lr_choice_noise), or
+        None without a pooled claim-seed spread; once per experiment, not once per group."""
+        pooled, seeds = self.pooled(SELECTION_METRIC, paper=False), grid_seeds(self.config, self.experiment)
+        if pooled is None:
+            return None
+        return seeds, self.stats.lr_choice_noise * pooled.std * math.sqrt(2 / len(seeds))
+
     def _close_to_choice(self, model, optimizer, batch):
-        row, pooled = self.best_row(model, optimizer, batch), self.pooled(SELECTION_METRIC, paper=False)
-        if row is None or row.status != "ok" or pooled is None:
+        row = self.best_row(model, optimizer, batch)
+        if row is None or row.status != "ok" or self._choice_noise is None:
             return ()
-        grid_seeds = [int(s) for s in self.config.get("seeds", [0])]
+        seeds, noise = self._choice_noise
         r = self.runs
-        cells = r[(r.model == model) & (r.optimizer == optimizer) & (r.batch == batch) & r.seed.isin(grid_seeds)]
+        cells = r[(r.model == model) & (r.optimizer == optimizer) & (r.batch == batch) & r.seed.isin(seeds)]
         losses = pd.to_numeric(cells[SELECTION_METRIC], errors="coerce").where(cells.status == "ok")
         by_lr = losses.groupby(cells.lr).agg(["mean", "count"])
-        by_lr = by_lr[by_lr["count"] == len(grid_seeds)]["mean"]
+        by_lr = by_lr[by_lr["count"] == len(seeds)]["mean"]
         if row.lr not in by_lr.index:
             return ()
-        noise = self.stats.lr_choice_noise * pooled.std * math.sqrt(2 / len(grid_seeds))
         return tuple(lr for lr in sorted(by_lr.index, key=float)
                      if lr != row.lr and by_lr[lr] - by_lr[row.lr] <= noise)
 

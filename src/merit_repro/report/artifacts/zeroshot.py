@@ -115,7 +115,8 @@ def estimate(ctx, model, optimizer, batch, scores):
         return dataclasses.replace(ctx.estimate(model, optimizer, batch), label=label)
     if row is None or not values:
         return Estimate(label, None)
-    return of_values(label, {seed: 100 - v for seed, v in values.items()}, (model, batch), bool(row.at_edge), row.lr)
+    return of_values(label, {seed: 100 - v for seed, v in values.items()}, (model, batch), bool(row.at_edge), row.lr,
+                     "zeroshot_error", ctx.rivals(model, optimizer, batch))
 
 
 def setting(model, where, found, items, subject, reference):
