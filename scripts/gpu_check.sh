@@ -15,7 +15,6 @@
 # Where no registry answers (many clusters' compute nodes): --wheelhouse DIR, a folder scripts/wheelhouse.sh filled
 # elsewhere, sets .venv up from it alone on top of the machine's own CUDA torch (WHEELHOUSE=DIR scripts/setup.sh),
 # with --device cpu too; nothing from apt-get.
-set -euo pipefail
 TORCH_CUDA_BUILDS=${TORCH_CUDA_BUILDS:-"13.0:cu130 12.8:cu128 12.6:cu126"}   # the CUDA builds of torch 2.13
 TORCH_WHEELS=${TORCH_WHEELS:-https://download.pytorch.org/whl}
 say() { echo "[gpu_check.sh] $*" >&2; }
@@ -126,6 +125,7 @@ main() {
   exec .venv/bin/python -m merit_repro.gpu_check "$@"
 }
 
-if [ "${BASH_SOURCE[0]}" = "$0" ]; then   # run, not sourced (the tests source it for its functions)
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then   # run, not sourced (the tests source it for its functions) ...
+  set -euo pipefail   # ... so that the strict options are this script's own, never a sourcing shell's
   main "$@"
 fi

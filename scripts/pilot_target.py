@@ -13,13 +13,15 @@ seeds of any experiment (refused otherwise), so the target never sees a seed who
 
 import argparse
 import statistics
+import sys
 from pathlib import Path
 
-import yaml
-
+from merit_repro.config import configfiles
 from merit_repro.plan import grid
 from merit_repro.plan.tuning import canonical
+from merit_repro.plan.validate import validate
 from merit_repro.train.pilot import refuse_reporting_seeds, train_all
+from merit_repro.utils import UserError, check_numbers, cli
 
 
 def pilot_cells(config, seeds):
@@ -38,13 +40,15 @@ def pilot_cells(config, seeds):
     return out
 
 
-def main():
+@cli
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--configfile", type=Path, default=Path("config/config.yaml"))
     parser.add_argument("--seeds", type=int, nargs="+", default=[100, 101, 102])
     parser.add_argument("--jobs", type=int, default=2)
-    args = parser.parse_args()
-    config = yaml.safe_load(args.configfile.read_text())
+    args = parser.parse_args(argv)
+    check_numbers(args, positive=("jobs",), non_negative=("seeds",))
+    config = validate(configfiles.load(args.configfile))
     config.setdefault("results", "results")
     plan = pilot_cells(config, args.seeds)
     jobs = {(name, lr, s): (settings, str(Path(config["results"]) / "pilot" / name / f"lr{lr}" / f"seed{s}"))
@@ -62,9 +66,14 @@ def main():
             means[lr] = mean
             print(f"| {lr} | " + " | ".join("diverged" if v is None else f"{v:.4f}" for v in values)
                   + f" | {'–' if mean is None else f'{mean:.4f}'} |")
-        best = min((m, lr) for lr, m in means.items() if m is not None)
+        finite = [(m, lr) for lr, m in means.items() if m is not None]
+        if not finite:
+            raise UserError(f"{name}: AdamW diverged at every LR of its grid, so the pilot sets no target; give the "
+                            "experiment lower AdamW LRs and run the pilot again")
+        best = min(finite)
         print(f"target_val_loss: {round(best[0], 2):.2f}  (lowest mean {best[0]:.4f} at lr {best[1]})")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

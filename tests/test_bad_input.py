@@ -240,3 +240,22 @@ def test_cost_from_a_gpu_check_errors(tmp_path):
 def test_the_validation_offsets_sample_the_whole_split():
     offsets = batches.validation_offsets(100_000, 64, 4096)
     assert len(offsets) == 64 and offsets[-1] > 90_000 and (np.diff(offsets) >= 64).all()
+
+
+@pytest.mark.slow
+def test_an_optimizer_check_that_crashes_stops_the_workflow_in_one_line(tmp_path):
+    """A setting the optimizer's own class refuses with a RuntimeError (not a named hyperparameter problem): the
+    preflight prints the exception line and where the whole traceback is, not a cut-off traceback."""
+    workdir = copy_workflow(tmp_path / "wf")
+    config = yaml.safe_load(TINY_WORKFLOW.read_text())
+    config["optimizers"]["adam2"] = {"class": "torch.optim.Adam", "fused": True, "foreach": True}
+    config["experiments"]["sweep"]["optimizers"].append("adam2")
+    config["experiments"]["sweep"]["lr_grid"]["adam2"] = [1e-3]
+    (tmp_path / "crash.yaml").write_text(dump_config(config))
+    r = snakemake(workdir, "results/data/shakespeare-bytes/meta.json", config=tmp_path / "crash.yaml")
+    errors = [line for line in r.stderr.splitlines() if line.startswith("error: ")]
+    log = workdir / "results" / "logs" / "preflight" / "optimizer_check.log"
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert errors == [f"error: the optimizer check failed (RuntimeError: `fused` and `foreach` cannot be `True` "
+                      f"together.); its command and full output are in results/logs/preflight/optimizer_check.log"]
+    assert log.read_text().startswith("$ ") and "Traceback" in log.read_text()

@@ -2,12 +2,16 @@
 bundle that does not verify or is another config's is refused naming what differs, unpacking never overwrites.
 The workflow's bundle -> rebuild round trip is in test_workflow.py."""
 
+import errno
 import gzip
 import hashlib
 import io
 import json
 import re
+import subprocess
+import sys
 import tarfile
+from pathlib import Path
 
 import pytest
 import yaml
@@ -20,22 +24,34 @@ CONFIG = {"results": "results", "experiments": {"e": {"lr_grid": {"adamw": [1e-3
 GROUP = {"experiment": "e", "model": "T", "tokens": "4096", "optimizer": "adamw", "batch": 8}
 
 
+SUMMARY = {"status": "ok", "config": {"model": "demo-tiny", "optimizer": "adamw", "batch_size": 8, "tokens": 4096,
+                                      "seed": 0},
+           "model_config": {"n_layer": 2, "n_head": 2, "n_embd": 64, "block_size": 64, "vocab_size": 256},
+           "final_val_loss": 2.5, "best_val_loss": 2.5, "steps": 8, "planned_steps": 8, "tokens_per_s": 1000.0,
+           "train_seconds": 1.0}
+RUN_FILES = {"summary.json": json.dumps(SUMMARY), "eval.json": '{"val_loss": 2.5}',
+             "metrics.csv": "step,tokens,lr,train_loss,val_loss\n0,0,0.001,,5.5\n8,4096,0.001,2.6,2.5\n",
+             "mal.csv": "step,layer,head,mal\n8,1,1,0.5\n", "diagnostics.csv": "step,param,clip_fraction\n",
+             "train.log": "done\n"}
+
+
 def make_tree(root):
     """A results tree as the workflow leaves it: one tuned group of two cells, its tables and corpus."""
     results = root / "results"
-    cells = [{"lr": "1e-3", "seed": 0}, {"lr": "2e-3", "seed": 0}]
+    cells = [{"lr": "1e-3", "seed": 0, "lr_origin": "configured", "seed_origin": "grid"},
+             {"lr": "2e-3", "seed": 0, "lr_origin": "configured", "seed_origin": "grid"}]
     group_dir = results / "tuning/e/T/adamw/bs8"
     group_dir.mkdir(parents=True)
-    decision = {"group": GROUP, "cells": cells, "done": True}
+    table = [{"lr": c["lr"], "selection_loss": 2.5, "diverged_seeds": [], "disqualified": False} for c in cells]
+    decision = {"group": GROUP, "cells": cells, "done": True, "best_lr": "1e-3", "at_edge": True, "status": "ok",
+                "extensions": [], "table": table}
     (group_dir / "round0.json").write_text(json.dumps(decision))
     (group_dir / "final.json").write_text(json.dumps(decision))
     for c in cells:
         run = results.parent / Cell("T", "4096", "adamw", 8, c["lr"], c["seed"]).path(results.name)
         run.mkdir(parents=True)
-        (run / "summary.json").write_text(json.dumps({"status": "ok", "config": {"model": "demo-tiny",
-                                          "optimizer": "adamw", "batch_size": 8, "tokens": 4096, "seed": 0}}))
-        for name in ("eval.json", "metrics.csv", "mal.csv", "diagnostics.csv", "train.log"):
-            (run / name).write_text(f"{name} of lr {c['lr']}\n")
+        for name, text in RUN_FILES.items():
+            (run / name).write_text(text)
         (run / "ckpt.pt").write_bytes(b"weights never go in")
     (results / "data/d").mkdir(parents=True)
     (results / "data/d/meta.json").write_text(json.dumps({"request": {"dataset": "x"}, "splits": {}}))
@@ -82,7 +98,7 @@ def test_an_unfinished_run_is_not_bundled(tmp_path):
 
 def test_a_tampered_file_is_refused_naming_it(tmp_path, capsys):
     path, _ = make_bundle(tmp_path)
-    edited = b"eval.json of lr 9e-3\n"   # one character changed: the size alone cannot tell
+    edited = b'{"val_loss": 2.6}'   # one character changed: the size alone cannot tell
     rewrite(path, lambda f: f.update({"runs/T/4096/adamw/bs8/lr1e-3/seed0/eval.json": edited}))
     with pytest.raises(UserError, match=r"does not verify.*runs/T/4096/adamw/bs8/lr1e-3/seed0/eval.json does not "
                                         r"match its manifest entry"):
@@ -246,7 +262,7 @@ def test_a_summary_that_is_not_json_is_one_error_line(tmp_path, capsys):
     forge(path, lambda files, manifest: files.update({"runs/T/4096/adamw/bs8/lr1e-3/seed0/summary.json": b"{oops"}))
     assert bundle.main(["inspect", str(path)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: ") and "lr1e-3/seed0/summary.json is not JSON" in err
+    assert err.startswith("error: ") and "lr1e-3/seed0/summary.json: it is not JSON" in err
 
 
 def test_inspect_config_prints_the_manifests_config_as_data_without_locations(tmp_path, capsys):
@@ -314,3 +330,143 @@ def test_a_bundles_template_is_never_printed_even_where_templates_are_allowed(tm
     monkeypatch.setenv("MERIT_ALLOW_CONFIG_TEMPLATES", "1")
     assert bundle.main(["inspect", str(path), "--config"]) == 2
     assert "__use_yte__" in capsys.readouterr().err
+
+
+RUN = "runs/T/4096/adamw/bs8/lr1e-3/seed0/"
+FINAL = "tuning/e/T/adamw/bs8/final.json"
+
+
+def edit_record(name, change):
+    """A forge edit: the JSON record name with change(record) applied."""
+    def edit(files, manifest):
+        record = json.loads(files[name])
+        change(record)
+        files[name] = json.dumps(record).encode()
+    return edit
+
+
+@pytest.mark.parametrize("edit, message", [
+    (edit_record(RUN + "summary.json", lambda s: s["config"].update(lr=[1e-3, 2e-3])),
+     "summary.json: config.lr=[0.001, 0.002] must be float or int"),
+    (edit_record(RUN + "summary.json", lambda s: s.update(final_val_loss="2.5")),
+     'summary.json: final_val_loss is "2.5", not a number or null'),
+    (edit_record(RUN + "summary.json", lambda s: s.update(train_seconds={"s": 1})),
+     "summary.json: train_seconds is an object, not a number or null"),
+    (edit_record(RUN + "eval.json", lambda e: e.update(lambada_ppl=[1])), "eval.json: lambada_ppl is a list"),
+    (edit_record(FINAL, lambda d: d["cells"][0].update(lr="../../../../etc")),
+     'final.json: cells[0].lr is "../../../../etc", not a string such as \'6e-4\''),
+    (edit_record(FINAL, lambda d: d["cells"][0].update(lr=[1e-3])), "final.json: cells[0].lr is a list"),
+    (edit_record(FINAL, lambda d: d.update(best_lr={"lr": 1})), "final.json: best_lr is an object"),
+    (edit_record(FINAL, lambda d: d["group"].update(batch="8")), 'final.json: group.batch is "8", not a whole number'),
+    (lambda files, manifest: files.update({RUN + "mal.csv": b"step,layer,head,mal\n8,1,1,high\n"}),
+     "mal.csv: its column mal holds 'high', not a number"),
+])
+def test_a_bundle_whose_records_hold_values_of_other_kinds_is_one_error_line(tmp_path, capsys, edit, message):
+    """Its hashes verify (the sender recomputed them): the kinds of its records' values are what refuses it, at
+    inspect, unpack and rebuild, before collect_runs or an artifact job would fail on them with a traceback."""
+    path, _ = make_bundle(tmp_path)
+    forge(path, edit)
+    assert bundle.main(["inspect", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "verifies, but its records" in err, err
+    assert message in err, err
+    with pytest.raises(UserError, match=re.escape(message)):
+        bundle.check_for_rebuild(path, CONFIG)
+    with pytest.raises(UserError):
+        bundle.unpack(path, tmp_path / "into")
+    assert not (tmp_path / "into").exists()
+
+
+def zeros_as_gzip(size, chunk=2 ** 20):
+    """size zero bytes as concatenated gzip members (one gzip stream to a reader): a GiB in about a MB."""
+    return gzip.compress(bytes(chunk), mtime=0) * (size // chunk)
+
+
+def test_a_decompression_bomb_is_refused_from_its_headers_before_anything_is_read(tmp_path, monkeypatch, capsys):
+    """A 2 MB bundle whose manifest lists two 1 GiB members (each within the per-member cap, both within the total)
+    is refused from the first one's header: nothing is extracted, and the 2 GiB are not even skipped over."""
+    names = [RUN + "metrics.csv", RUN + "mal.csv"]
+    manifest = json.dumps({"schema": bundle.SCHEMA_VERSION, "commit": "c", "config": {}, "data": {},
+                           "files": {n: {"sha256": "0" * 64, "size": 2 ** 30} for n in names}}).encode()
+    head = tarfile.TarInfo(bundle.MANIFEST)
+    head.size = len(manifest)
+    parts = [gzip.compress(head.tobuf(tarfile.GNU_FORMAT) + manifest + bytes(-len(manifest) % 512), mtime=0)]
+    for name in names:
+        info = tarfile.TarInfo(name)
+        info.size = 2 ** 30
+        parts += [gzip.compress(info.tobuf(tarfile.GNU_FORMAT), mtime=0), zeros_as_gzip(2 ** 30)]
+    path = tmp_path / "bomb.tar.gz"
+    path.write_bytes(b"".join(parts) + gzip.compress(bytes(1024), mtime=0))
+    assert path.stat().st_size < 3 * 2 ** 20
+    real = tarfile.TarFile.extractfile
+
+    def extract_small_only(self, info):
+        assert info.size < 2 ** 20, f"{info.name} ({info.size:,} bytes) was extracted"
+        return real(self, info)
+    monkeypatch.setattr(tarfile.TarFile, "extractfile", extract_small_only)
+    assert bundle.main(["inspect", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "a decompression bomb, not results" in err and str(path) in err, err
+
+
+@pytest.mark.parametrize("manifest, message", [
+    (b"[" * 100_000 + b"]" * 100_000, "its MANIFEST.json cannot be read"),
+    (None, "'config' nests more than 64 lists and mappings deep"),
+])
+def test_a_manifest_nested_deep_is_one_error_line(tmp_path, capsys, manifest, message):
+    path, _ = make_bundle(tmp_path)
+
+    def nest(files):
+        if manifest is not None:
+            files[bundle.MANIFEST] = manifest
+            return
+        record, deep = json.loads(files[bundle.MANIFEST]), {}
+        for _ in range(400):   # parses as JSON; the YAML dumper that writes config.yaml would overflow on it
+            deep = {"x": deep}
+        record["config"]["deep"] = deep
+        files[bundle.MANIFEST] = json.dumps(record).encode()
+    rewrite(path, nest)
+    assert bundle.main(["inspect", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and message in err, err
+
+
+def no_space(*args, **kwargs):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_full_disk_while_packing_is_one_error_line_and_leaves_nothing(tmp_path, monkeypatch):
+    results, decisions = make_tree(tmp_path / "b")
+    out = tmp_path / "bundle" / "b.tar.gz"
+    real, added = tarfile.TarFile.addfile, []
+
+    def fills_up(self, info, fileobj=None):
+        added.append(info.name)
+        return no_space() if len(added) > 3 else real(self, info, fileobj)
+    monkeypatch.setattr(tarfile.TarFile, "addfile", fills_up)
+    with pytest.raises(UserError, match=f"cannot write the bundle {re.escape(str(out))}: No space left on device; "
+                                        "free space there"):
+        bundle.create(out, results, decisions, [results / "data/d"], CONFIG, "abc", None)
+    assert list(out.parent.iterdir()) == []   # neither the bundle nor its temporary file
+
+
+def test_the_bundle_rule_ends_a_full_disk_in_one_error_line(tmp_path):
+    """workflow/scripts/make_bundle.py as Snakemake runs it, on a disk that fills up at the bundle's fsync."""
+    results, decisions = make_tree(tmp_path / "b")
+    out, log = tmp_path / "bundle" / "b.tar.gz", tmp_path / "bundle.log"
+    script = Path(__file__).resolve().parents[1] / "workflow" / "scripts" / "make_bundle.py"
+    driver = f"""
+import errno, os, runpy, types
+def no_space(fd):
+    raise OSError(errno.ENOSPC, "No space left on device")
+os.fsync = no_space
+snakemake = types.SimpleNamespace(
+    log=[{str(log)!r}], output=[{str(out)!r}],
+    input=types.SimpleNamespace(decisions={list(decisions)!r}, data=[{str(results / "data/d/meta.json")!r}]),
+    params=types.SimpleNamespace(results={str(results)!r}, config={CONFIG!r}, lock=None))
+runpy.run_path({str(script)!r}, init_globals={{"snakemake": snakemake}}, run_name="__main__")
+"""
+    r = subprocess.run([sys.executable, "-c", driver], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith(f"error: cannot write the bundle {out}: "), r.stderr
+    assert log.read_text() == r.stderr and list(out.parent.iterdir()) == []

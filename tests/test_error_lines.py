@@ -152,3 +152,89 @@ def test_in_process_runs_still_train(tmp_path, data_dir):
     """The shape checks let every named size through unchanged (n_layer etc. null: the size's own)."""
     run = in_process_run(tmp_path, data_dir, tokens=8 * 32 * 2)
     assert run.model_config.n_layer == 2 and run.run()["status"] == "ok"
+
+
+@pytest.mark.parametrize("blocker", ["runs/T/4096/adamw/bs8/lr1e-3/seed0", "runs/T",
+                                     "runs/T/4096/adamw/bs8/lr1e-3/seed0/eval.json"])
+def test_a_merge_onto_a_file_where_a_run_goes_writes_nothing(tmp_path, capsys, blocker):
+    """A file where a run's folder goes (or a folder where its file goes): refused before origin/ is written."""
+    from test_bundle import make_bundle
+
+    from merit_repro.report import bundle
+
+    path, _ = make_bundle(tmp_path)
+    local = tmp_path / "local"
+    (local / "data/d").mkdir(parents=True)
+    (local / "data/d/meta.json").write_bytes((tmp_path / "b/results/data/d/meta.json").read_bytes())
+    (local / blocker).parent.mkdir(parents=True, exist_ok=True)
+    if blocker.endswith(".json"):
+        (local / blocker).mkdir()
+    else:
+        (local / blocker).write_text("in the way\n")
+    line = cli_error(bundle.main, ["merge", str(path), "--results", str(local)], capsys)
+    assert str(local / blocker) in line and "move them away" in line, line
+    assert not (local / "origin").exists() and not (local / "tuning").exists()
+
+
+@pytest.mark.parametrize("flags, says", [
+    (["--time-budget-seconds", "inf"], "--time-budget-seconds inf must be a finite number >= 0"),
+    (["--time-budget-seconds", "nan"], "--time-budget-seconds nan must be a finite number >= 0"),
+    (["--time-budget-seconds", "-60"], "--time-budget-seconds -60 must be a finite number >= 0"),
+    (["--signal-lead-seconds", "-1"], "--signal-lead-seconds -1 must be a finite number >= 0"),
+    (["--cell", "[1]"], "--cell '[1]' is not a JSON object"),
+    (["--cell", "null"], "--cell 'null' is not a JSON object"),
+    (["--cell", "{bad"], "--cell is not JSON"),
+    (["--cell", "[" * 100_000 + "]" * 100_000], "--cell is nested too deeply to read"),
+    (["--run-settings", '"save_model"'], "--run-settings '\"save_model\"' is not a JSON object"),
+    (["--cell", '{"model": 3}'], "invalid cell config: model=3 must be str"),
+])
+def test_launch_refuses_bad_flags_in_one_line_before_training(tmp_path, capsys, flags, says):
+    from merit_repro.launch import launcher
+
+    argv = ["--cell", '{"model": "demo-tiny"}', "--out", str(tmp_path / "run"), *flags]
+    assert says in cli_error(launcher.main, argv, capsys)
+
+
+def test_a_task_yaml_nested_too_deeply_is_named(tmp_path):
+    from merit_repro.evals import tasks
+
+    (tmp_path / "deep.yaml").write_text("task: " + "[" * 20_000 + "]" * 20_000 + "\n")
+    with pytest.raises(UserError, match=f"zero-shot task file {tmp_path / 'deep.yaml'} is nested too deeply"):
+        tasks.refuse_duplicate_names([tmp_path])
+
+
+def test_a_json_file_nested_too_deeply_is_named(tmp_path):
+    from merit_repro.data import tokens
+
+    (tmp_path / "meta.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(UserError, match=f"{tmp_path / 'meta.json'} is nested too deeply to read"):
+        tokens.verify(tmp_path)
+
+
+def test_deep_overrides_tracking_settings_gpu_checks_and_decisions_are_named(tmp_path, monkeypatch):
+    from merit_repro.plan import cost, tuning
+    from merit_repro.plan.cell import load_cell_config
+    from merit_repro.train import tracking
+
+    with pytest.raises(UserError, match="override lr is nested too deeply"):
+        load_cell_config(overrides=["lr=" + "[" * 5000])
+    monkeypatch.setenv(tracking.ENV, '{"a":' * 5000)
+    with pytest.raises(UserError, match=f"{tracking.ENV} is nested too deeply"):
+        tracking.from_environment(tmp_path, {})
+    (tmp_path / "check.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(UserError, match="--from-gpu-check .* is nested too deeply"):
+        cost.gpu_check_rate(tmp_path / "check.json", {})
+    with pytest.raises(UserError, match="cannot be read as a tuning decision"):
+        tuning.read_decision(tmp_path / "check.json")
+
+
+def test_a_check_that_ends_in_a_traceback_is_one_line_with_its_log(tmp_path):
+    """The workflow's preflight: the exception line, and the file holding the command and the whole traceback."""
+    from merit_repro.utils import failure_line
+
+    stderr = "Traceback (most recent call last):\n  File \"x.py\", line 1\n    boom()\nRuntimeError: boom\n"
+    log = tmp_path / "logs" / "preflight" / "optimizer_check.log"
+    line = failure_line("the optimizer check", ["python", "-m", "merit_repro.optim.check", "--settings", "[{}]"],
+                        stderr, log)
+    assert line == f"the optimizer check failed (RuntimeError: boom); its command and full output are in {log}"
+    assert log.read_text() == "$ python -m merit_repro.optim.check --settings '[{}]'\n" + stderr

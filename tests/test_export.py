@@ -1,10 +1,13 @@
 """merit_repro.evals.export: a run as a HuggingFace GPT2LMHeadModel that computes our logits, with its tokenizer."""
+import errno
 import json
+import shutil
 from dataclasses import asdict
 from types import SimpleNamespace
 
 import pytest
 import torch
+from run_helpers import cli_error
 from test_train import cell_file, run_cli
 
 from merit_repro.evals.export import main
@@ -95,12 +98,15 @@ def test_bfloat16_export(run_dir, tmp_path):
         assert {f.get_tensor(k).dtype for k in f.keys()} == {torch.bfloat16}
 
 
-def doctored_run(run_dir, tmp_path, model_config):
-    """A copy of the run's summary with another model config: the refusal comes before the weights are read."""
+def doctored_run(run_dir, tmp_path, model_config, weights=False):
+    """A copy of the run's summary with another model config (and its model.pt, when weights): the refusal comes
+    before the model is built."""
     fake = tmp_path / "fake-run"
     fake.mkdir()
     summary = json.loads((run_dir / "summary.json").read_text())
     (fake / "summary.json").write_text(json.dumps({**summary, "model_config": model_config}))
+    if weights:
+        shutil.copy(run_dir / "model.pt", fake / "model.pt")
     return fake
 
 
@@ -203,3 +209,67 @@ def test_weights_that_are_not_the_runs_own_are_named(run_dir, tmp_path, capsys):
     assert main(["--run", str(copy), "--out", str(tmp_path / "hf")]) == 2
     assert "model.pt is not the weights this run saved" in capsys.readouterr().err
     assert not (tmp_path / "hf").exists()
+
+
+@pytest.mark.parametrize("change, named", [
+    (dict(n_layer=200_000), "gives another model shape than its model.pt: n_layer 200000 (model.pt: 2)"),
+    (dict(n_embd=4096, n_head=32), "n_embd 4096 (model.pt: 64)"),
+    (dict(n_layer="2"), 'model_config.n_layer is "2", not a whole number'),
+    (dict(mlp_ratio=4), "its model_config is not a model's"),
+])
+def test_a_summary_whose_model_is_not_model_pts_is_refused_before_the_model_is_built(run_dir, tmp_path, capsys,
+                                                                                      monkeypatch, change, named):
+    """A forged n_layer: 200000 would allocate two hundred thousand blocks before the weights are found not to fit:
+    the summary's shape is compared with the shapes of model.pt's tensors (memory-mapped) first."""
+    from merit_repro.evals import export
+
+    monkeypatch.setattr(export, "load_run", lambda *args, **kwargs: pytest.fail("the model was built"))
+    summary = json.loads((run_dir / "summary.json").read_text())
+    fake = doctored_run(run_dir, tmp_path, {**summary["model_config"], **change}, weights=True)
+    line = cli_error(main, ["--run", str(fake), "--out", str(tmp_path / "hf")], capsys)
+    assert named in line and "summary.json" in line
+    assert not (tmp_path / "hf").exists()
+
+
+def test_force_replaces_only_an_unchanged_export_that_holds_nothing_else(run_dir, exported, tmp_path, capsys):
+    provenance = json.loads((exported / "merit_repro.json").read_text())
+    assert provenance["written_by"] == "merit_repro.evals.export"
+    assert set(provenance["files"]) == {p.name for p in exported.iterdir()} - {"merit_repro.json"}
+    claims = tmp_path / "claims"   # a folder that only holds a file of the provenance's name
+    claims.mkdir()
+    (claims / "merit_repro.json").write_text("{}")
+    (claims / "thesis.tex").write_text("mine")
+    line = cli_error(main, ["--run", str(run_dir), "--out", str(claims), "--force"], capsys)
+    assert "is not an earlier export that --force may replace" in line and "nothing in it is deleted" in line
+    assert sorted(p.name for p in claims.iterdir()) == ["merit_repro.json", "thesis.tex"]
+    out = tmp_path / "model"
+    shutil.copytree(exported, out)
+    (out / "notes.txt").write_text("mine")
+    line = cli_error(main, ["--run", str(run_dir), "--out", str(out), "--force"], capsys)
+    assert f"{out / 'notes.txt'} is not a file the export wrote" in line and (out / "notes.txt").read_text() == "mine"
+    (out / "notes.txt").unlink()
+    config = (out / "config.json").read_text()
+    (out / "config.json").write_text(config.replace("gelu", "relu"))
+    line = cli_error(main, ["--run", str(run_dir), "--out", str(out), "--force"], capsys)
+    assert f"{out / 'config.json'} was changed since the export wrote it" in line
+    (out / "config.json").write_text(config)
+    assert main(["--run", str(run_dir), "--out", str(out), "--force"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in exported.iterdir())
+    assert siblings(out) == ["claims", "model"]
+
+
+def test_a_full_disk_under_export_is_one_error_line_and_leaves_the_earlier_export(run_dir, exported, tmp_path, capsys,
+                                                                                   monkeypatch):
+    from transformers import PreTrainedModel
+
+    out = tmp_path / "model"
+    shutil.copytree(exported, out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def fills_up(self, folder, **kwargs):
+        (folder / "model.safetensors").write_bytes(b"half a model")
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(PreTrainedModel, "save_pretrained", fills_up)
+    line = cli_error(main, ["--run", str(run_dir), "--out", str(out), "--force"], capsys)
+    assert f"cannot write the export to {out}: No space left on device" in line and "free space there" in line
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before and siblings(out) == ["model"]

@@ -279,3 +279,10 @@ def test_mfu_uses_the_devices_own_peak():
 @cuda
 def test_gpu_check_passes_on_this_cuda_device(tmp_path):
     assert check.main(["--quick", "--out", str(tmp_path / "check.json")]) == 0
+
+
+def test_sourcing_the_script_leaves_the_shells_options_alone(tmp_path):
+    """Sourced for its functions, it sets no errexit, nounset or pipefail in the shell that sources it."""
+    r = sourced(tmp_path, "set -o | grep -E '^(errexit|nounset|pipefail) '", "12.8")
+    assert r.returncode == 0 and sorted(r.stdout.split()) == sorted(["errexit", "off", "nounset", "off", "pipefail",
+                                                                     "off"]), r.stdout

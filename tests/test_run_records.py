@@ -13,7 +13,7 @@ from test_train import TINY, cell_file, in_process_run, launch, run_cli, warm_di
 
 from merit_repro.data import __main__ as data_cli
 from merit_repro.data import tokens
-from merit_repro.plan import records
+from merit_repro.plan import records, tuning
 from merit_repro.plan.validate import corpus_problems
 from merit_repro.report import integrity
 from merit_repro.train import loop
@@ -151,3 +151,43 @@ def test_a_corpus_prepared_with_other_options_than_the_config_is_refused(tmp_pat
                      r"the config asks for .*'max_train_tokens': None", problem), problem
     config["data"]["shakespeare-bytes"]["max_train_tokens"] = 50_000
     assert corpus_problems(config) == []
+
+
+@pytest.mark.parametrize("change, named", [
+    (lambda s: s.update(final_val_loss="2.5"), 'final_val_loss is "2.5", not a number or null'),
+    (lambda s: s["config"].update(lr=["6e-3"]), "config.lr=['6e-3'] must be float or int"),
+    (lambda s: s["config"].update(data_dir={"path": "x"}), "config.data_dir={'path': 'x'} must be str"),
+    (lambda s: s.update(steps=[1]), "steps is a list, not a whole number or null"),
+    (lambda s: s["model_config"].update(n_layer="2"), 'model_config.n_layer is "2", not a whole number'),
+    (lambda s: s.update(files={"mal.csv": "abc"}), 'files.mal.csv is "abc", not an object'),
+])
+def test_a_summary_holding_values_of_other_kinds_is_refused_naming_the_key(finished_run, tmp_path, change, named):
+    """read_summary checks the kinds of the keys its readers take (records.SUMMARY_TYPES, the cell config's dataclass
+    types): tuning, the collect step and a rerun of the trainer name the file and the key, not fail on it later."""
+    run, corpus, settings = private_copy(finished_run, tmp_path)
+    summary = json.loads((run / "summary.json").read_text())
+    change(summary)
+    (run / "summary.json").write_text(json.dumps(summary))
+    with pytest.raises(UserError, match=re.escape(named)) as err:
+        records.read_summary(run)
+    assert f"{run / 'summary.json'} cannot be read as a run summary" in str(err.value)
+    assert "delete it to retrain the cell" in str(err.value)
+    with pytest.raises(UserError, match=re.escape(named)):
+        tuning.read_results({("6e-3", 0): run})
+    [problem] = integrity.cell_problems(run, settings, result_keys)
+    assert named in problem
+
+
+def test_the_kinds_of_a_record_are_named_by_their_place():
+    spec = {"lr": records.NUMBER_TEXT, "loss": records.NUMBER_OR_NULL, "seeds": [int], "old": records.Maybe(str),
+            "by_name": {str: {"size": int}}}
+    assert records.kind_problems({"lr": "6e-4", "loss": None, "seeds": [0, 1], "by_name": {}}, spec) == []
+    wrong = {"lr": "/etc", "loss": True, "seeds": [0, "1"], "old": 1, "by_name": {"a": []}}
+    assert records.kind_problems(wrong, spec) == [
+        'lr is "/etc", not a string such as \'6e-4\'', "loss is true, not a number or null",
+        'seeds[1] is "1", not a whole number', "old is 1, not a string", "by_name.a is a list, not an object"]
+    assert records.kind_problems({}, spec)[:2] == ["lr is missing", "loss is missing"]
+    assert records.record_problems("runs/x/metrics.csv", b"step,val_loss\n0,5.5\n1,nan\n2,\n3,inf\n") == []
+    assert records.record_problems("runs/x/metrics.csv", b"step,loss\n0,5.5\n") == ["its header lacks val_loss"]
+    assert records.record_problems("runs/x/eval.json", b"[" * 100_000)[0].startswith("it is not JSON")
+    assert records.record_problems("runs/x/train.log", b"anything") == []

@@ -8,6 +8,7 @@ import json
 import math
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -49,6 +50,19 @@ def cli(main):
             to_console(f"error: {one_line(err)}")
             return 2
     return wrapper
+
+
+def failure_line(what, command, stderr, log_path):
+    """One line for a command that failed without an `error:` line of its own (a traceback): the last line of its
+    stderr (the exception), and the file its command and full stderr are written to, to read or to run it again."""
+    last = (stderr.strip().splitlines() or ["no output"])[-1].strip()
+    try:
+        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(log_path).write_text(f"$ {shlex.join(map(str, command))}\n{stderr}")
+        where = f"its command and full output are in {log_path}"
+    except OSError:
+        where = f"run it for the full output: {shlex.join(map(str, command))}"
+    return f"{what} failed ({last}); {where}"
 
 
 def lead_within(lead_seconds, job_seconds):
@@ -157,9 +171,30 @@ def sha256_file(path, block=1 << 24):
     return digest.hexdigest()
 
 
+def parse_data(text, source, load=json.loads):
+    """load(text) (JSON unless told), with nesting past Python's recursion limit (json and PyYAML read recursively)
+    refused as a UserError naming source, instead of a RecursionError's traceback."""
+    try:
+        return load(text)
+    except RecursionError:
+        raise UserError(f"{source} is nested too deeply to read (past Python's recursion limit); nothing this "
+                        "project reads needs more than a few levels: fix or replace it") from None
+
+
 def read_json(path):
     with open(path) as f:
-        return json.load(f)
+        return parse_data(f.read(), path)
+
+
+def check_numbers(args, positive=(), non_negative=()):
+    """A UserError naming the first parsed flag (by its dest) that is not a finite number > 0 (positive) or >= 0
+    (non_negative); a flag not given (None) passes, and every value of a list is checked."""
+    for name in (*positive, *non_negative):
+        values = getattr(args, name)
+        for value in [v for v in (values if isinstance(values, list) else [values]) if v is not None]:
+            if not (math.isfinite(value) and (value > 0 or value == 0 and name in non_negative)):
+                wanted = ">= 0" if name in non_negative else "> 0"
+                raise UserError(f"--{name.replace('_', '-')} {value:g} must be a finite number {wanted}")
 
 
 def library_versions():

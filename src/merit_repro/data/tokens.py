@@ -16,6 +16,7 @@ ids per passage) and ``meta.json``. Files are written under temporary names and 
 import hashlib
 import os
 import shutil
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -233,6 +234,12 @@ def _fingerprint(path):
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
+def _check_size(path, size, n_tokens, itemsize, data_dir):
+    if size != n_tokens * itemsize:
+        raise DataError(f"{path} has {size} bytes but meta.json says {n_tokens} tokens x {itemsize} bytes; "
+                        f"the file is truncated or corrupt: prepare {data_dir} again (--force)")
+
+
 def _mark_verified(data_dir, meta):
     """Remember that the files checked out (so a trainer can skip re-hashing them); a corpus on a read-only
     mount is simply hashed again next time."""
@@ -271,10 +278,7 @@ def verify(data_dir, tokenizer=None, deep=True, trust_marker=True):
         path = data_dir / info["file"]
         if not path.exists():
             raise DataError(f"{path} is missing; prepare {data_dir} again (--force)")
-        size = path.stat().st_size
-        if size != info["tokens"] * itemsize:
-            raise DataError(f"{path} has {size} bytes but meta.json says {info['tokens']} tokens x {itemsize} bytes; "
-                            f"the file is truncated or corrupt: prepare {data_dir} again (--force)")
+        _check_size(path, path.stat().st_size, info["tokens"], itemsize, data_dir)
         if deep and marks.get(info["file"]) != _fingerprint(path) and sha256_file(path) != info["sha256"]:
             raise DataError(f"{path} does not match the sha256 in meta.json; the file is corrupt: "
                             f"prepare {data_dir} again (--force)")
@@ -290,3 +294,41 @@ def open_tokens(data_dir, split, meta):
     """The split as a read-only memmap (re-opened by callers per use, as nanoGPT does)."""
     info = meta["splits"][split]
     return np.memmap(Path(data_dir) / info["file"], dtype=np.dtype(meta["dtype"]), mode="r")
+
+
+class HeldSplit:
+    """A split a trainer reads for its whole run, as a memmap opened afresh per use (see Run.batch). The first
+    opening records the file's size (checked against meta.json) and mtime; each later one checks them, so a file
+    truncated or rewritten mid-run stops the run instead of training the rest of it on other tokens."""
+
+    def __init__(self, data_dir, split, meta):
+        info = meta["splits"][split]
+        self.data_dir, self.path = Path(data_dir), Path(data_dir) / info["file"]
+        self.n_tokens, self.dtype = info["tokens"], np.dtype(meta["dtype"])
+        self.opened_as = None   # (size, mtime_ns) at the first opening
+
+    def open(self):
+        try:
+            with open(self.path, "rb") as f:
+                st = os.fstat(f.fileno())
+                self._check((st.st_size, st.st_mtime_ns))
+                return np.memmap(f, dtype=self.dtype, mode="r")
+        except FileNotFoundError:
+            raise DataError(f"{self.path} is missing{' since this run opened it' if self.opened_as else ''}; "
+                            f"prepare {self.data_dir} again (--force), then restart the run") from None
+
+    def _check(self, now):
+        if self.opened_as is None:
+            _check_size(self.path, now[0], self.n_tokens, self.dtype.itemsize, self.data_dir)
+            self.opened_as = now
+        elif now != self.opened_as:
+            raise DataError(f"{self.path} changed while this run was training on it (it was "
+                            f"{_described(self.opened_as)}, now {_described(now)}), so the run stopped rather than "
+                            f"train on other tokens; prepare {self.data_dir} again (--force) if it is damaged, then "
+                            "restart the run (it resumes from its last checkpoint)")
+
+
+def _described(size_and_mtime):
+    size, mtime_ns = size_and_mtime
+    modified = datetime.fromtimestamp(mtime_ns / 1e9).isoformat(timespec="microseconds")
+    return f"{size} bytes modified {modified}"

@@ -18,14 +18,18 @@ With the tokenizer in HF_DIR, lm_eval --model hf needs no internet (set HF_HUB_O
 The model is ours exactly: the vocabulary cut to the tokenizer's (the padding rows dropped), the positions to the
 context the run trained with (n_positions), exact GELU, LayerNorm eps 1e-5, zero biases where ours have none, the
 lm_head tied to the token embedding. QK-norm models and Llama-family runs are refused: GPT-2 has no LayerNorm on
-q and k, and exporting to LlamaForCausalLM is not implemented. An existing HF_DIR is replaced only with --force;
-the export is written beside it (.HF_DIR.tmp-PID) and renamed into place, so a killed export leaves no
-half-written HF_DIR (only that folder, to delete).
+q and k, and exporting to LlamaForCausalLM is not implemented; so is a summary whose model shape is not that of
+the tensors in model.pt. merit_repro.json lists the files the export wrote with their sizes and sha256: --force
+replaces an existing HF_DIR only when it is such an export, unchanged and holding nothing else, and deletes only
+those files. The export is written beside it (.HF_DIR.tmp-PID) and renamed into place, so a killed export or a
+full disk leaves no half-written HF_DIR (a killed one, only that folder, to delete).
 """
 
 import argparse
 import json
 import os
+import pickle
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -33,14 +37,18 @@ from pathlib import Path
 import torch
 
 from merit_repro.models import config_from_dict
-from merit_repro.plan.records import read_summary
-from merit_repro.utils import UserError, cli, current_umask, git_commit, read_json
+from merit_repro.plan.records import WEIGHTS, check_weights, kind_problems, read_summary
+from merit_repro.utils import UserError, cli, current_umask, git_commit, read_json, sha256_file
 
 from .runmodel import load_run
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 PROVENANCE = "merit_repro.json"
+EXPORTED_BY = "merit_repro.evals.export"
+# What --force reads of an earlier export's PROVENANCE (merit_repro.plan.records.kind_problems' specs).
+PROVENANCE_TYPES = {"written_by": str, "files": {str: {"size": int, "sha256": str}}}
 TOKENIZER_NOTE = "TOKENIZER.md"
+LAYER_KEY = re.compile(r"transformer\.h\.([0-9]+)\.")
 
 
 def check_exportable(model_config):
@@ -55,9 +63,79 @@ def check_exportable(model_config):
                         "(no LayerNorm on q and k): GPT2LMHeadModel would compute another function")
 
 
+def model_config_of(run_dir, summary):
+    """The model config the run's summary.json gives, or a UserError naming it."""
+    try:
+        return config_from_dict(summary["model_config"])
+    except (TypeError, ValueError, ZeroDivisionError) as err:
+        raise UserError(f"{run_dir / 'summary.json'}: its model_config is not a model's ({err}); retrain the cell, "
+                        "or copy its own summary.json back") from None
+
+
+def gpt2_shape(state, weights):
+    """The shape (model_config's keys) of the GPT-2 whose state dict is state."""
+    wte, wpe = state.get("transformer.wte.weight"), state.get("transformer.wpe.weight")
+    if wte is None or wpe is None or wte.dim() != 2 or wpe.dim() != 2:
+        raise UserError(f"{weights} holds no GPT-2 embeddings (transformer.wte, transformer.wpe): it is not a GPT-2 "
+                        "run's weights; retrain the cell with save_model")
+    layers = {int(m[1]) for name in state if (m := LAYER_KEY.match(name))}
+    return {"n_layer": len(layers), "vocab_size": wte.shape[0], "n_embd": wte.shape[1], "block_size": wpe.shape[0]}
+
+
+def check_shape(run_dir, summary):
+    """A UserError unless the summary's model shape is that of the tensors in model.pt, compared before the model is
+    built: a summary edited to a larger model (n_layer: 200000) would otherwise allocate it first. The state dict is
+    memory-mapped, so no tensor's data is read."""
+    weights, model_config = run_dir / WEIGHTS, summary["model_config"]
+    if not weights.is_file():
+        return   # load_run says how to get them
+    try:
+        state = torch.load(weights, map_location="cpu", weights_only=True, mmap=True)
+    except (RuntimeError, EOFError, OSError, pickle.UnpicklingError) as err:
+        check_weights(run_dir, summary)   # a truncated or another run's copy: named as such
+        raise UserError(f"{weights} cannot be loaded as this run's weights ({str(err).splitlines()[0][:160]}); "
+                        "retrain the cell with save_model") from None
+    if not isinstance(state, dict):
+        raise UserError(f"{weights} holds a {type(state).__name__}, not a state dict; retrain the cell with save_model")
+    found = gpt2_shape(state, weights)
+    differ = [f"{key} {model_config.get(key)} (model.pt: {value})" for key, value in found.items()
+              if model_config.get(key) != value]
+    if differ:
+        raise UserError(f"{run_dir / 'summary.json'} gives another model shape than its {WEIGHTS}: "
+                        f"{', '.join(differ)}; it was edited or is another run's: copy the run's own summary.json "
+                        "back, or retrain the cell")
+
+
+def earlier_export(out):
+    """The names of the files an earlier export wrote to out (its PROVENANCE among them), once its PROVENANCE is
+    export's, every file it lists is there with the size and sha256 it records, and out holds nothing else; else a
+    UserError naming what is not so, and nothing is deleted."""
+    def refuse(why):
+        return UserError(f"{out} is not an earlier export that --force may replace ({why}), so nothing in it is "
+                         "deleted: move it away or choose another --out")
+    try:
+        provenance = json.loads((out / PROVENANCE).read_text())
+    except (OSError, ValueError, RecursionError) as err:
+        raise refuse(f"its {PROVENANCE} cannot be read: {str(err)[:80]}") from None
+    if kind_problems(provenance, PROVENANCE_TYPES) or provenance["written_by"] != EXPORTED_BY:
+        raise refuse(f"its {PROVENANCE} is not one {EXPORTED_BY} wrote, listing its files")
+    listed, present = provenance["files"], {p.name for p in out.iterdir()}
+    unexpected = sorted(present - set(listed) - {PROVENANCE})
+    if unexpected:
+        raise refuse(f"{out / unexpected[0]} is not a file the export wrote")
+    for name, want in sorted(listed.items()):
+        path = out / name
+        if name not in present or path.is_symlink() or not path.is_file():
+            raise refuse(f"{name}, which its {PROVENANCE} lists, is not a file there")
+        if path.stat().st_size != want["size"] or sha256_file(path) != want["sha256"]:
+            raise refuse(f"{path} was changed since the export wrote it")
+    return sorted({*listed, PROVENANCE})
+
+
 def check_out(out, run_dir, force):
     """--out must lie outside the run, under folders (not files), and be new or empty; --force replaces only an
-    earlier export (a folder holding its PROVENANCE file), never a run's files or an unrelated folder."""
+    earlier export (earlier_export), never a run's files or an unrelated folder. The names of the earlier export's
+    files that --force replaces (none when out is new or empty)."""
     where, run = out.resolve(), run_dir.resolve()
     if where == run or run in where.parents or where in run.parents:
         raise UserError(f"--out {out} is the run directory, lies inside it or holds it: choose a folder outside "
@@ -66,13 +144,14 @@ def check_out(out, run_dir, force):
     if blocked:
         raise UserError(f"--out {out} lies under {blocked}, which is a file, not a folder: choose another --out")
     if not out.exists() and not out.is_symlink() or (out.is_dir() and not any(out.iterdir())):
-        return
+        return []
     if not force:
         raise UserError(f"{out} already exists and is not empty; pass --force to replace an earlier export there, or "
                         "choose another --out")
     if out.is_symlink() or not out.is_dir() or not (out / PROVENANCE).is_file():
         raise UserError(f"{out} is not an earlier export (no {PROVENANCE} in it), so --force does not replace it: "
                         "choose another --out")
+    return earlier_export(out)
 
 
 def hf_config(run):
@@ -198,55 +277,84 @@ def tokenizer_note(run):
 # ---------------------------------------------------------------- writing
 
 
-def provenance(run, dtype):
+def provenance(run, dtype, files):
+    """PROVENANCE: where the export comes from, and the files it wrote ({name: {size, sha256}}), which --force checks
+    and deletes, and nothing else."""
     summary = run.summary
-    return {"run_dir": str(Path(run.run_dir).resolve()), "git_commit": summary.get("git_commit"),
-            "exported_by": git_commit(), "dtype": dtype, "tokenizer": run.tokenizer.name,
-            "vocab_size": run.vocab_size, "block_size": run.block_size, "config": summary["config"],
-            "model_config": summary["model_config"]}
+    return {"written_by": EXPORTED_BY, "run_dir": str(Path(run.run_dir).resolve()),
+            "git_commit": summary.get("git_commit"), "exported_by": git_commit(), "dtype": dtype,
+            "tokenizer": run.tokenizer.name, "vocab_size": run.vocab_size, "block_size": run.block_size,
+            "config": summary["config"], "model_config": summary["model_config"], "files": files}
 
 
 def write_export(run, tmp, dtype):
-    """Everything into the folder tmp; the names written."""
+    """Everything into the folder tmp, PROVENANCE last; the names written."""
     hf_model(run, DTYPES[dtype]).save_pretrained(tmp)
-    (tmp / PROVENANCE).write_text(json.dumps(provenance(run, dtype), indent=2) + "\n")
     tokenizer = hf_tokenizer(run)
     if tokenizer is None:
         (tmp / TOKENIZER_NOTE).write_text(tokenizer_note(run))
     else:
         tokenizer.save_pretrained(tmp)
-    for path in tmp.iterdir():   # save_pretrained writes model.safetensors 0600: readable as the umask allows
+    files = {}
+    for path in sorted(tmp.iterdir()):   # save_pretrained writes model.safetensors 0600: readable as the umask allows
         path.chmod(0o666 & ~current_umask())
-    return sorted(p.name for p in tmp.iterdir())
+        files[path.name] = {"size": path.stat().st_size, "sha256": sha256_file(path)}
+    (tmp / PROVENANCE).write_text(json.dumps(provenance(run, dtype, files), indent=2) + "\n")
+    return sorted([*files, PROVENANCE])
 
 
-def replace_dir(tmp, out):
-    """tmp renamed to out; an existing out is moved aside first and deleted only once tmp is in place."""
+def replace_dir(tmp, out, earlier):
+    """tmp renamed to out. An earlier export there is moved aside first (and put back if the rename fails); once tmp
+    is in place only its files (earlier) are deleted, then its folder, which earlier_export found holding no other."""
     old = out.with_name(f".{out.name}.old-{os.getpid()}")
     if out.is_dir() and not out.is_symlink():
         out.rename(old)
     elif out.exists() or out.is_symlink():
         out.unlink()
-    tmp.rename(out)
-    shutil.rmtree(old, ignore_errors=True)
+    try:
+        tmp.rename(out)
+    except OSError:
+        if old.is_dir():
+            old.rename(out)
+        raise
+    try:
+        for name in earlier:
+            (old / name).unlink()
+        if old.is_dir():
+            old.rmdir()
+    except OSError as err:   # not a failed export: out holds the new one
+        raise UserError(f"{out} holds the new export, but the earlier one, moved aside to {old}, could not be deleted "
+                        f"({err.strerror or err}): delete it") from None
+
+
+def write_in_place(run, out, dtype, earlier):
+    """The export written beside out and renamed into place; a failed write (a full disk) leaves nothing beside out
+    and out as it was."""
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        names = write_export(run, tmp, dtype)
+        replace_dir(tmp, out, earlier)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return names
 
 
 def export(run_dir, out, dtype="float32", force=False):
     """Export the run to out; the names written there."""
-    out = Path(out)
-    check_exportable(config_from_dict(read_summary(Path(run_dir))["model_config"]))
-    check_out(out, Path(run_dir), force)
+    out, run_dir = Path(out), Path(run_dir)
+    summary = read_summary(run_dir)
+    check_exportable(model_config_of(run_dir, summary))
+    earlier = check_out(out, run_dir, force)
+    check_shape(run_dir, summary)
     run = load_run(run_dir, device="cpu")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
     try:
-        names = write_export(run, tmp, dtype)
-        replace_dir(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return names
+        return write_in_place(run, out, dtype, earlier)
+    except OSError as err:   # a full disk, a quota, a folder made read-only: the user's to fix
+        raise UserError(f"cannot write the export to {out}: {err.strerror or err} (writing {err.filename or out}); "
+                        f"free space there or choose another --out, and run again; nothing was left at {out}") from None
 
 
 @cli

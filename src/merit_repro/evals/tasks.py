@@ -20,7 +20,7 @@ import yaml
 
 from merit_repro.data.tokenizers import get_tokenizer
 from merit_repro.data.tokens import open_tokens, verify
-from merit_repro.utils import UserError
+from merit_repro.utils import UserError, parse_data
 
 FIX = ("on a machine with internet run `python -m merit_repro.evals.zeroshot export --tasks {task} --out DIR`, copy DIR "
        "here and add it to zeroshot.task_dirs in the config (--include DIR); or copy a HuggingFace cache that holds "
@@ -65,7 +65,8 @@ _TagsAsNone.add_multi_constructor("!", lambda loader, suffix, node: None)
 def task_names(yaml_file):
     """The task names a task YAML defines (its `task:`, a name or a list of names)."""
     try:
-        spec = yaml.load(Path(yaml_file).read_text(encoding="utf-8"), Loader=_TagsAsNone)
+        spec = parse_data(Path(yaml_file).read_text(encoding="utf-8"), f"zero-shot task file {yaml_file}",
+                          lambda text: yaml.load(text, Loader=_TagsAsNone))
     except (yaml.YAMLError, UnicodeDecodeError) as err:
         raise UserError(f"zero-shot task file {yaml_file} is not YAML ({err}); fix or remove it") from None
     names = spec.get("task") if isinstance(spec, dict) else None

@@ -14,7 +14,6 @@ imported here, so a job starts fast; its exit code is the trainer's.
 """
 
 import argparse
-import json
 import os
 import signal
 import subprocess
@@ -25,7 +24,8 @@ from pathlib import Path
 
 import yaml
 
-from merit_repro.utils import UserError, atomic_write_bytes, cli, lead_within, to_console
+from merit_repro.plan.cell import load_cell_config
+from merit_repro.utils import UserError, atomic_write_bytes, check_numbers, cli, lead_within, parse_data, to_console
 
 from . import torchrun, warmstart
 from .gpu_slots import device_pool, gpu_slots
@@ -119,6 +119,7 @@ def launch_cell(cell, out_dir, gpus=0, threads=1, time_budget_seconds=None, node
     cell = {**cell, "device": device}
     config_path = out_dir / "cell.yaml"
     atomic_write_bytes(config_path, yaml.safe_dump(cell, sort_keys=True).encode())
+    load_cell_config(config_path)   # the trainer's own check, once here, not once a rank (nor after GPU slots)
     ranks_threads = str(threads_per_rank(threads, gpus, nodes))
     env = {**os.environ, "OMP_NUM_THREADS": ranks_threads, "MKL_NUM_THREADS": ranks_threads, "PYTHONUNBUFFERED": "1"}
     if gpus > 1 and nodes == 1:   # every rank on this host: the ranks' host-side gloo group on the loopback too
@@ -173,6 +174,18 @@ def run_forwarding_signals(command, env, forward=True):
             signal.signal(s, handler)
 
 
+def json_object(flag, text):
+    """The JSON object of cell settings a flag gives, or a UserError naming the flag."""
+    example = '(e.g. \'{"model": "demo-tiny", "lr": 0.001}\')'
+    try:
+        value = parse_data(text, flag)
+    except ValueError as err:
+        raise UserError(f"{flag} is not JSON ({err}); give an object of cell settings {example}") from None
+    if not isinstance(value, dict):
+        raise UserError(f"{flag} {text[:60]!r} is not a JSON object; give an object of cell settings {example}")
+    return value
+
+
 @cli
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m merit_repro.launch", description=__doc__,
@@ -190,7 +203,8 @@ def main(argv=None):
     parser.add_argument("--signal-lead-seconds", type=float, default=240,
                         help="how long before its limit the scheduler sends SIGTERM: the trainer stops before that")
     args = parser.parse_args(argv)
-    cell = {**json.loads(args.cell), **json.loads(args.run_settings)}
+    check_numbers(args, non_negative=("time_budget_seconds", "signal_lead_seconds"))
+    cell = {**json_object("--cell", args.cell), **json_object("--run-settings", args.run_settings)}
     code = launch_cell(cell, args.out, args.gpus, args.threads, args.time_budget_seconds or None, args.nodes,
                        args.signal_lead_seconds)
     if code in torchrun.STOP_CODES:   # the trainer's own exit after its checkpoint, not a death by a signal

@@ -4,19 +4,19 @@ Shared by ``scripts/pilot_target.py`` (Figure 1's targets) and ``scripts/mechani
 experiment's setting). A pilot's runs go to ``<results>/pilot/...`` and resume like any cell.
 """
 
-import sys
 from concurrent.futures import ProcessPoolExecutor
 
 from merit_repro.plan import grid
+from merit_repro.utils import UserError
 
 
 def refuse_reporting_seeds(config, seeds):
-    """Exit with one error line if any pilot seed is a grid or claim seed of any experiment of the config."""
+    """A UserError if any pilot seed is a grid or claim seed of any experiment of the config."""
     taken = {s for name in config["experiments"]
              for s in grid.grid_seeds(config, name) + grid.claim_seeds(config, name)}
     if taken & set(seeds):
-        sys.exit(f"error: pilot seeds {sorted(taken & set(seeds))} are grid or claim seeds of the config; give others "
-                 "with --seeds (a pilot's seeds never choose or report)")
+        raise UserError(f"pilot seeds {sorted(taken & set(seeds))} are grid or claim seeds of the config; give others "
+                        "with --seeds (a pilot's seeds never choose or report)")
 
 
 def train_one(job):

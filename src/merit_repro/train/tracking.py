@@ -25,7 +25,7 @@ import os
 from pathlib import Path
 
 from merit_repro.plan import paths
-from merit_repro.utils import UserError
+from merit_repro.utils import UserError, parse_data
 
 from .runfiles import DIAGNOSTICS_COLUMNS, MAL_COLUMNS, METRICS_COLUMNS
 
@@ -125,7 +125,7 @@ def from_environment(run_dir, config):
     """The tracker MERIT_TRACKING asks for ({"backend": ..., "project": ...} or a backend name; unset: none)."""
     text = os.environ.get(ENV, "").strip()
     try:
-        settings = json.loads(text) if text.startswith("{") else {"backend": text or "none"}
+        settings = parse_data(text, ENV) if text.startswith("{") else {"backend": text or "none"}
     except json.JSONDecodeError as err:
         raise UserError(f"{ENV}={text!r} is not JSON ({err.msg}); e.g. '{{\"backend\": \"tensorboard\"}}'") from None
     if not isinstance(settings, dict) or not isinstance(settings.get("project", ""), str):
