@@ -37,7 +37,9 @@ from merit_repro.config import configfiles
 from merit_repro.plan import grid
 from merit_repro.plan.tuning import canonical
 from merit_repro.report.tables import summarise_run
+from merit_repro.plan.validate import validate
 from merit_repro.train.pilot import refuse_reporting_seeds, train_all
+from merit_repro.utils import UserError, check_numbers, cli
 
 LEVEL = 100.0                  # the paper's layer threshold: a MAL the mechanism is about
 PAPER_SMALL_BATCH_MAL = 326.0  # the rebuttal's AdamW peak MAL, GPT-2 Medium at batch 512
@@ -84,7 +86,8 @@ def projected_minutes(config, exp, tokens, tokens_per_s):
     return (per_batch / tokens_per_s + per_batch * SMALL_BATCH_SLOWDOWN / tokens_per_s) / 2 / 60
 
 
-def main():
+@cli
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--configfile", type=Path, default=Path("config/mechanism.yaml"))
     parser.add_argument("--experiment", default="mechanism")
@@ -93,15 +96,19 @@ def main():
     parser.add_argument("--seeds", type=int, nargs="+", default=[200, 201])
     parser.add_argument("--budget-minutes", type=float, default=40.0)
     parser.add_argument("--jobs", type=int, default=2)
-    args = parser.parse_args()
-    config = configfiles.load(args.configfile)
+    args = parser.parse_args(argv)
+    check_numbers(args, positive=("contexts", "tokens", "budget_minutes", "jobs"), non_negative=("seeds",))
+    config = validate(configfiles.load(args.configfile))
     config.setdefault("results", "results")
     if args.experiment not in config.get("experiments", {}):
-        sys.exit(f"error: {args.configfile} has no experiment {args.experiment!r}; name one with --experiment")
+        raise UserError(f"{args.configfile} has no experiment {args.experiment!r}; name one with --experiment")
+    if "adamw" not in config["experiments"][args.experiment]["optimizers"]:
+        raise UserError(f"experiment {args.experiment!r} of {args.configfile} has no adamw among its optimizers; the "
+                        "pilot trains AdamW on its grid: name another with --experiment")
     refuse_reporting_seeds(config, args.seeds)
     spec = config["experiments"][args.experiment]
-    model, batches = spec["models"][0], spec["batch_sizes"]
-    batches = batches["adamw"] if isinstance(batches, dict) else batches
+    model = spec["models"][0]
+    batches = grid.batch_list(spec, model, "adamw")
     small, large = min(batches), max(batches)
     threshold = config.get("report", {}).get("mal_threshold", LEVEL)
     candidates = [(c, t) for t in sorted(args.tokens) for c in sorted(args.contexts)]
@@ -119,8 +126,8 @@ def main():
     table["allowed"] = table.projected_minutes <= args.budget_minutes
     allowed = table[table.allowed & table.adamw_peak_mal.notna()]
     if allowed.empty:
-        sys.exit(f"error: no candidate fits {args.budget_minutes:g} minutes with a finite score; allow more with "
-                 "--budget-minutes or give cheaper --contexts/--tokens")
+        raise UserError(f"no candidate fits {args.budget_minutes:g} minutes with a finite score; allow more with "
+                        "--budget-minutes or give cheaper --contexts/--tokens")
     crossing = allowed[allowed.adamw_peak_mal >= LEVEL].sort_values("projected_minutes")
     chosen = (crossing if len(crossing) else allowed.sort_values("adamw_peak_mal", ascending=False)).iloc[0]
     why = f"the cheapest reaching {LEVEL:g}" if len(crossing) else f"none reaches {LEVEL:g}: the largest score"
@@ -128,8 +135,8 @@ def main():
     small_runs = measure(cells(config, args.experiment, model, c, t, small, args.seeds), args.jobs, threshold)
     small_score, small_lr, small_loss = score(small_runs)
     if small_score is None:
-        sys.exit(f"error: AdamW diverged at every LR at batch {small} (context {c}, tokens {t}), so the pilot sets no "
-                 "threshold; give the experiment lower AdamW LRs and run the pilot again")
+        raise UserError(f"AdamW diverged at every LR at batch {small} (context {c}, tokens {t}), so the pilot sets "
+                        "no threshold; give the experiment lower AdamW LRs and run the pilot again")
     out = Path(config["results"]) / "pilot" / args.experiment
     pd.concat([runs, small_runs]).to_csv(out / "pilot.csv", index=False)
     print(f"\n{args.experiment}: AdamW, {model}, batch {large} (large), pilot seeds {args.seeds}, "
@@ -157,7 +164,8 @@ def main():
               f"({small_score:.1f}): the mechanism does not show at this scale")
     mal_threshold = float(f"{LEVEL * small_score / PAPER_SMALL_BATCH_MAL:.2g}")
     print(f"report.mal_threshold: {mal_threshold:g}  (100 x {small_score:.1f} / {PAPER_SMALL_BATCH_MAL:g})")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -59,6 +59,29 @@ def test_gpu_slots_refuse_more_than_the_pool(monkeypatch, tmp_path):
             pass
 
 
+def test_cells_share_a_gpu_only_as_far_as_it_is_allowed(monkeypatch, tmp_path):
+    """MERIT_CELLS_PER_GPU=3 (config/mechanism_gpu.yaml's runner sets 12): three jobs hold places on the one GPU at
+    once and a fourth waits; a job of two GPUs still takes two devices; a bad count is one line."""
+    from contextlib import ExitStack
+
+    from merit_repro.launch.gpu_slots import gpu_slots
+
+    quiet = dict(poll_seconds=0.01, log=lambda _: None)
+    monkeypatch.setenv("MERIT_GPU_LOCK_DIR", str(tmp_path))
+    monkeypatch.setenv("MERIT_CELLS_PER_GPU", "3")
+    with ExitStack() as held:
+        assert [held.enter_context(gpu_slots(1, pool=["0"], **quiet)) for _ in range(3)] == [["0"]] * 3
+        with pytest.raises(TimeoutError):
+            with gpu_slots(1, pool=["0"], timeout_seconds=0.05, **quiet):
+                pass
+    with gpu_slots(2, pool=["0", "1"], **quiet) as two:
+        assert two == ["0", "1"]
+    monkeypatch.setenv("MERIT_CELLS_PER_GPU", "0")
+    with pytest.raises(UserError, match="MERIT_CELLS_PER_GPU='0' must be a whole number >= 1"):
+        with gpu_slots(1, pool=["0"], **quiet):
+            pass
+
+
 @pytest.mark.slow
 def test_a_killed_job_releases_its_slots(tmp_path):
     env = {**os.environ, "MERIT_GPUS": "1", "MERIT_GPU_LOCK_DIR": str(tmp_path / "locks")}

@@ -66,7 +66,7 @@ def test_mal_probe_matches_naive_computation(qk_norm):
 
 def test_lr_schedule_warmup_then_cosine_to_min():
     cfg = CellConfig(lr=1e-3, batch_size=1, block_size=1, tokens=100, warmup_frac=0.1, min_lr_frac=0.1)
-    assert cfg.steps == 100 and cfg.warmup_steps == 10
+    assert cfg.steps == 100 and cfg.lr_warmup_steps == 10
     assert cfg.lr_at(0) == pytest.approx(1e-4)
     assert cfg.lr_at(9) == pytest.approx(1e-3)
     assert cfg.lr_at(99) == pytest.approx(1e-4)
@@ -92,7 +92,7 @@ def test_attention_is_causal():
 
 def test_no_warmup_means_the_peak_lr_from_the_first_step():
     cfg = CellConfig(lr=1e-3, batch_size=1, block_size=1, tokens=100, warmup_frac=0.0, min_lr_frac=0.1)
-    assert cfg.warmup_steps == 0 and cfg.lr_at(0) == pytest.approx(1e-3)
+    assert cfg.lr_warmup_steps == 0 and cfg.lr_at(0) == pytest.approx(1e-3)
 
 
 @pytest.mark.parametrize("name", sorted(MODEL_SIZES))

@@ -7,6 +7,10 @@ however it ends, so a killed job never leaks a slot.
 
 The pool is $MERIT_GPUS (a count, "4", or ids with commas, "0,2,3"), else $CUDA_VISIBLE_DEVICES, else every
 device torch sees; $MERIT_GPUS stays within a $CUDA_VISIBLE_DEVICES the workflow was started with. Lock files live in $MERIT_GPU_LOCK_DIR (default /tmp/merit-repro-gpu-slots-<uid>).
+
+A device is one job's alone unless $MERIT_CELLS_PER_GPU (default 1) lets that many jobs share it, each holding one
+of its slots: a small model's cell leaves most of a GPU idle (config/mechanism_gpu.yaml runs 12 at once on one).
+A job of several GPUs still takes each of them on a different device.
 """
 
 import fcntl
@@ -51,6 +55,19 @@ def lock_dir():
     return Path(os.environ.get("MERIT_GPU_LOCK_DIR", f"/tmp/merit-repro-gpu-slots-{os.getuid()}"))
 
 
+def cells_per_gpu():
+    """How many jobs may share one device: $MERIT_CELLS_PER_GPU, a whole number >= 1 (default 1)."""
+    text = os.environ.get("MERIT_CELLS_PER_GPU", "1").strip()
+    if not text.isdigit() or int(text) < 1:
+        raise UserError(f"MERIT_CELLS_PER_GPU={text!r} must be a whole number >= 1 (how many cells share one GPU)")
+    return int(text)
+
+
+def slot_lock(directory, device, slot):
+    """The lock file of one job's place on a device (slot 0 is the device's only one when devices are not shared)."""
+    return directory / (f"gpu{device}.lock" if slot == 0 else f"gpu{device}.{slot}.lock")
+
+
 def _try_lock(path):
     handle = open(path, "a")
     try:
@@ -68,13 +85,13 @@ def gpu_slots(n, pool=None, poll_seconds=1.0, timeout_seconds=None, log=print):
     if n > len(pool):
         raise UserError(f"a job needs {n} GPUs but the pool has {len(pool)} ({','.join(pool) or 'none'}); "
                         "set MERIT_GPUS or give the model fewer gpus in the config")
-    directory = lock_dir()
+    directory, share = lock_dir(), cells_per_gpu()
     directory.mkdir(parents=True, exist_ok=True)
     start, waited = time.monotonic(), False
     while True:
         held = []
         for device in pool:
-            handle = _try_lock(directory / f"gpu{device}.lock")
+            handle = next((h for h in (_try_lock(slot_lock(directory, device, s)) for s in range(share)) if h), None)
             if handle:
                 held.append((device, handle))
                 if len(held) == n:

@@ -14,6 +14,7 @@ import yaml
 
 from merit_repro.config.configfiles import check
 from merit_repro.config.registry import MODEL_SIZES, OPTIMIZER_NAMES
+from merit_repro.utils import parse_data
 
 # Keys that choose resources, not results: a run may resume under different values of these.
 # Settings that change how or where a cell runs, not its result. Where a corpus lies (data_dir, lambada_dir) is
@@ -24,6 +25,13 @@ RESOURCE_KEYS = {"micro_batch_size", "device", "compile", "checkpoint_every", "c
 # through optimizer_hparams, as its config names them).
 BUILT_IN_HPARAMS = ("betas", "eps")
 MAX_BATCH_SIZE = 2**24   # sequences in one global batch: far above the paper's 6144, far below a hang
+# A cell's warmup rule: exactly one of these; none set is DEFAULT_WARMUP_FRAC of the steps, the rule of every cell
+# made before the others existed.
+WARMUP_RULES = ("warmup_frac", "warmup_steps", "warmup_tokens")
+DEFAULT_WARMUP_FRAC = 0.02
+# Settings added after cells had trained, left out of a cell's result settings while at their default (None): a run
+# or checkpoint made before them is the same cell as the one that would be made now.
+LATER_KEYS = ("warmup_steps", "warmup_tokens", "mal_probes")
 
 
 @dataclass
@@ -53,14 +61,17 @@ class CellConfig:
     # an optimizer from outside (merit_repro.config.optimizer_sources): {package, version, class | entry_point}; it
     # takes lr and its optimizer_hparams only, not the betas and eps above
     optimizer_source: dict | None = None
-    warmup_frac: float = 0.02           # linear warmup, share of the steps
+    warmup_frac: float | None = None    # linear warmup over this share of the steps (WARMUP_RULES: one set) ...
+    warmup_steps: int | None = None     # ... or over this many steps at every batch ...
+    warmup_tokens: float | None = None  # ... or over this many tokens (the same tokens at every batch)
     min_lr_frac: float = 0.1            # cosine decay to this share of the peak (paper: 10%)
     grad_clip: float = 1.0              # global grad-norm clip (0: off)
     # evaluation and probes
     eval_every: int = 50                # steps between validation losses (and at the end) ...
     eval_every_tokens: int | None = None  # ... or, when set, training tokens between them (same points per batch)
     eval_tokens: int = 65536            # validation tokens, the same fixed windows for every cell
-    mal_every: int = 128                # steps between MAL probes (the paper plots every 128)
+    mal_every: int = 128                # steps between MAL probes (the paper plots every 128) ...
+    mal_probes: int | None = None       # ... or, when set, this many, at the same tokens in every cell (probe_steps)
     mal_batch: int = 4                  # sequences in the fixed MAL probe batch (from val.bin)
     divergence_factor: float = 1.0      # diverged: non-finite loss, or loss above factor x the first loss ...
     divergence_window: float = 0.1      # ... for this share of the planned steps in a row (merit_repro.train.divergence)
@@ -76,6 +87,10 @@ class CellConfig:
     keep_checkpoint: bool = False       # keep ckpt.pt after the cell completes
     save_model: bool | str = False      # write model.pt (final weights): true (fp32) or "bf16"
     peak_flops: float | None = None     # per device, for MFU; None: merit_repro.train.hardware's table
+
+    def __post_init__(self):
+        if all(getattr(self, rule) is None for rule in WARMUP_RULES):
+            self.warmup_frac = DEFAULT_WARMUP_FRAC
 
     @property
     def tokens_per_step(self):
@@ -93,17 +108,35 @@ class CellConfig:
         return max(1, round(self.eval_every_tokens / self.tokens_per_step))
 
     @property
-    def warmup_steps(self):
+    def lr_warmup_steps(self):
+        """Steps of linear warmup, by the cell's rule (at least one when the rule asks for any)."""
+        if self.warmup_steps is not None:
+            return self.warmup_steps
+        if self.warmup_tokens is not None:
+            return max(1, round(self.warmup_tokens / self.tokens_per_step)) if self.warmup_tokens > 0 else 0
         return max(1, round(self.warmup_frac * self.steps)) if self.warmup_frac > 0 else 0
 
     def lr_at(self, step):
         """LR for update number step (0-based): linear warmup, then cosine to min_lr_frac x peak."""
-        if step < self.warmup_steps:
-            return self.lr * (step + 1) / self.warmup_steps
-        decay_steps = max(1, self.steps - 1 - self.warmup_steps)
-        progress = min(1.0, (step - self.warmup_steps) / decay_steps)
+        warmup = self.lr_warmup_steps
+        if step < warmup:
+            return self.lr * (step + 1) / warmup
+        decay_steps = max(1, self.steps - 1 - warmup)
+        progress = min(1.0, (step - warmup) / decay_steps)
         min_lr = self.min_lr_frac * self.lr
         return min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (self.lr - min_lr)
+
+    def probe_steps(self):
+        """The steps after which the MAL is probed, sorted: 0 (the untrained model), the last step, and every
+        mal_every-th step or, with mal_probes, the steps nearest k/mal_probes of the token budget (k = 1 ..
+        mal_probes): cells of any batch size and the same tokens are probed at the same tokens, as steps allow."""
+        if self.mal_probes is None:
+            regular = range(self.mal_every, self.steps + 1, self.mal_every)
+        else:
+            tokens_apart = self.tokens / self.mal_probes
+            regular = (min(self.steps, max(1, round(k * tokens_apart / self.tokens_per_step)))
+                       for k in range(1, self.mal_probes + 1))
+        return sorted({0, *regular, self.steps})
 
     def optimizer_kwargs(self):
         kwargs = dict(lr=self.lr)
@@ -133,7 +166,7 @@ class CellConfig:
         for key in ("batch_size", "block_size", "eval_every", "mal_every", "mal_batch", "checkpoint_every", "eval_tokens",
                     "log_every"):
             check(getattr(self, key) >= 1, key, f"{getattr(self, key)} must be >= 1")
-        for key in ("eval_every_tokens", "micro_batch_size"):
+        for key in ("eval_every_tokens", "micro_batch_size", "mal_probes"):
             check(getattr(self, key) is None or getattr(self, key) >= 1, key, f"{getattr(self, key)} must be >= 1 or null")
         check(self.batch_size <= MAX_BATCH_SIZE, "batch_size",
               f"{self.batch_size} is more sequences than any run takes (at most {MAX_BATCH_SIZE:,})")
@@ -157,7 +190,7 @@ class CellConfig:
             check(getattr(self, key) >= 0, key, f"{getattr(self, key)} must be >= 0")
         check(self.tokens >= self.tokens_per_step, "tokens",
               f"{self.tokens:g} is less than one step of batch_size x block_size = {self.tokens_per_step}")
-        check(0 <= self.warmup_frac < 1, "warmup_frac", f"{self.warmup_frac} must be in [0, 1)")
+        problems += warmup_problems(self)
         check(0 <= self.min_lr_frac <= 1, "min_lr_frac", f"{self.min_lr_frac} must be in [0, 1]")
         check(self.divergence_factor >= 1, "divergence_factor", f"{self.divergence_factor} must be >= 1")
         check(0 < self.divergence_window <= 1, "divergence_window", f"{self.divergence_window} must be in (0, 1]")
@@ -187,9 +220,28 @@ class CellConfig:
         return d
 
 
+def warmup_problems(cfg):
+    """(key, what is wrong) with the cell's warmup rule: exactly one, within its range."""
+    rules = [rule for rule in WARMUP_RULES if getattr(cfg, rule) is not None]
+    if len(rules) > 1:
+        given = " and ".join(f"{rule}={getattr(cfg, rule)}" for rule in rules)
+        return [(rules[-1], f"{given} are {len(rules)} warmup rules: set one of {', '.join(WARMUP_RULES)} (a model's "
+                            "or optimizer's rule replaces cell_defaults' only when it sets the others to null)")]
+    rule, value = rules[0], getattr(cfg, rules[0])
+    if rule == "warmup_frac":
+        return [] if 0 <= value < 1 else [(rule, f"{rule}={value} must be in [0, 1)")]
+    if value < 0:
+        return [(rule, f"{rule}={value} must be >= 0")]
+    if cfg.tokens_per_step >= 1 and cfg.lr_warmup_steps >= cfg.steps:   # (a bad batch or context: named above)
+        return [(rule, f"{rule}={value:g} warms up over {cfg.lr_warmup_steps} steps, not fewer than the cell's "
+                       f"{cfg.steps} (batch {cfg.batch_size}): its LR would never decay")]
+    return []
+
+
 def result_config(cfg: CellConfig):
     """The settings of a cell that change its result: what a checkpoint or finished run must share with it."""
-    return {k: v for k, v in cfg.to_dict().items() if k not in RESOURCE_KEYS}
+    return {k: v for k, v in cfg.to_dict().items()
+            if k not in RESOURCE_KEYS and not (k in LATER_KEYS and v is None)}
 
 
 def split_settings(settings: dict):
@@ -241,14 +293,14 @@ def load_cell_config(path=None, overrides=()):
     if path is not None:
         check([path])   # duplicate keys, aliases, object tags: refused with their line
         with open(path) as f:
-            raw = yaml.safe_load(f) or {}
+            raw = parse_data(f.read(), path, yaml.safe_load) or {}
         if not isinstance(raw, dict):
             raise ValueError(f"{path} is not a mapping of cell config keys")
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep:
             raise ValueError(f"override {item!r} is not key=value")
-        raw[key.strip()] = yaml.safe_load(value)
+        raw[key.strip()] = parse_data(value, f"override {key.strip()}", yaml.safe_load)
     known = {f.name for f in fields(CellConfig)}
     unknown = sorted(set(raw) - known)
     if unknown:
@@ -257,7 +309,7 @@ def load_cell_config(path=None, overrides=()):
         raise ValueError(f"betas={raw['betas']!r} must be a list of two numbers")
     if "betas" in raw:
         raw["betas"] = tuple(raw["betas"])
-    for key in ("lr", "tokens", "eps", "weight_decay", "peak_flops"):
+    for key in ("lr", "tokens", "eps", "weight_decay", "peak_flops", "warmup_tokens"):
         if isinstance(raw.get(key), str):  # YAML 1.1 reads "6e-4" as a string
             try:
                 raw[key] = float(raw[key])

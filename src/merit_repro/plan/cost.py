@@ -4,6 +4,7 @@
     python -m merit_repro.plan.cost --configfile config/paper.yaml --tokens-per-s-per-gpu 180000
     python -m merit_repro.plan.cost --configfile config/mechanism.yaml --cores 2
     python -m merit_repro.plan.cost --configfile config/paper.yaml --from-gpu-check results/gpu_check.json
+    python -m merit_repro.plan.cost --configfile config/mechanism_gpu.yaml --rate-of gpt2-small=450000
 
 Per experiment: cells, tokens, training FLOPs (6N + attention per token, nanoGPT/PaLM), GPU-hours at the
 stated throughput, and the wall minutes on a CPU of --cores cores (one cell per core, at --cpu-flops per
@@ -13,7 +14,9 @@ extensions, claim seeds at each best LR: merit_repro.plan.tuning); the "+ tuning
 add, per experiment and in total (without sharing, so an upper bound). Evaluation and the MAL probe are not
 counted. --from-gpu-check takes the throughput from a GPU check's table (scripts/gpu_check.sh --out): part 6's
 tokens/s of the architecture of the config's largest model, compiled when the config compiles it and the check
-measured it so, else eager (part 8's trainer cell does not name its model).
+measured it so, else eager (part 8's trainer cell does not name its model). --rate-of SIZE=TOKENS_PER_S takes a
+throughput measured on another model (a named size at its own context, GPT-2 BPE) as a FLOP rate, the same for the
+config's models: an upper bound on the speed of a model too small to fill a GPU alone.
 """
 
 import argparse
@@ -24,9 +27,10 @@ from collections import defaultdict
 from pathlib import Path
 
 from merit_repro.config import configfiles
-from merit_repro.utils import UserError, cli
+from merit_repro.config.registry import MODEL_SIZES
+from merit_repro.utils import UserError, cli, parse_data
 
-from . import grid
+from . import flops, grid
 from .runtime import CPU_FLOPS_PER_CORE, flops_per_token
 from .validate import validate
 
@@ -71,6 +75,22 @@ def seconds_per_flop(config, peak_flops=989e12, mfu=0.4, tokens_per_s_per_gpu=No
     return 1 / (peak_flops * mfu)
 
 
+def rate_of(text):
+    """(FLOP/s, what was measured) of --rate-of SIZE=TOKENS_PER_S: a named model size's measured tokens/s at its
+    own context (1024 unless the size names one) with GPT-2 BPE, times its training FLOPs per token."""
+    size, _, rate = text.partition("=")
+    try:
+        tokens_per_s = float(rate)
+    except ValueError:
+        tokens_per_s = None
+    if size not in MODEL_SIZES or not tokens_per_s or not tokens_per_s > 0 or tokens_per_s == float("inf"):
+        raise UserError(f"--rate-of {text!r} must be SIZE=TOKENS_PER_S with a model size ({', '.join(MODEL_SIZES)}) "
+                        "and a number > 0, e.g. gpt2-small=450000")
+    context = MODEL_SIZES[size].get("block_size", 1024)
+    per_token, _ = flops.of_cell({"model": size, "tokenizer": "gpt2", "block_size": context})
+    return tokens_per_s * per_token, f"{size}'s {tokens_per_s:,.0f} tokens/s at context {context}, by FLOPs"
+
+
 def gpu_hours(configfile, tokens_per_s_per_gpu):
     """(GPU-hours of the config's distinct cells, + what tuning can add at most) at a measured throughput."""
     config = configfiles.load(configfile)
@@ -101,7 +121,7 @@ def gpu_check_rate(path, config):
     """(tokens/s, what was measured) of the config's largest model from a GPU check's JSON (see the docstring)."""
     fix = "give the JSON that `bash scripts/gpu_check.sh --out FILE` wrote"
     try:
-        check = json.loads(Path(path).read_text(encoding="utf-8"))
+        check = parse_data(Path(path).read_text(encoding="utf-8"), f"--from-gpu-check {path}")
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise UserError(f"--from-gpu-check {path} is not JSON: {fix}") from None
     if not (isinstance(check, dict) and isinstance(check.get("rows"), list) and "device" in check):
@@ -131,6 +151,8 @@ def main(argv=None):
                           help="measured throughput of the largest model instead of peak x MFU")
     measured.add_argument("--from-gpu-check", metavar="FILE", default=None,
                           help="that throughput from a GPU check's JSON (scripts/gpu_check.sh --out FILE): part 6's")
+    measured.add_argument("--rate-of", metavar="SIZE=TOKENS_PER_S", default=None,
+                          help="another model's measured throughput, as the FLOP rate of every model here")
     parser.add_argument("--cores", type=int, default=2, help="CPU cores, one cell on each (default 2)")
     parser.add_argument("--cpu-flops", type=float, default=CPU_FLOPS_PER_CORE,
                         help=f"training FLOP/s of one cell on one core (default {CPU_FLOPS_PER_CORE:.3g}, measured)")
@@ -145,10 +167,13 @@ def main(argv=None):
     if args.from_gpu_check:
         tokens_per_s, measured = gpu_check_rate(args.from_gpu_check, config)
     gpu_seconds_per_flop = seconds_per_flop(config, args.peak_flops, args.mfu, tokens_per_s)
-    cpu_minutes_per_flop = 1 / (args.cpu_flops * args.cores) / 60
-    rows, per_model = estimate(config)
     rate = (f"{tokens_per_s:,.0f} tokens/s per GPU ({measured})" if tokens_per_s
             else f"{args.peak_flops / 1e12:.0f} TFLOP/s x MFU {args.mfu}")
+    if args.rate_of:
+        flop_rate, measured = rate_of(args.rate_of)
+        gpu_seconds_per_flop, rate = 1 / flop_rate, f"{flop_rate / 1e12:.0f} TFLOP/s per GPU ({measured})"
+    cpu_minutes_per_flop = 1 / (args.cpu_flops * args.cores) / 60
+    rows, per_model = estimate(config)
     print(f"# cost of {args.configfile} at {rate}; on a CPU: {args.cores} cores at {args.cpu_flops / 1e9:.3g} "
           "GFLOP/s each")
     for m, (fpt, n) in per_model.items():
@@ -160,6 +185,10 @@ def main(argv=None):
                   f"{tuning * gpu_seconds_per_flop / 3600:,.1f}", f"{flops * cpu_minutes_per_flop:,.1f}",
                   f"{tuning * cpu_minutes_per_flop:,.1f}"]
         print(f"{name:<28}" + " ".join(f"{v:>12}" for v in values))
+    _, _, _, flops_total, tuning_total = rows[-1]
+    gpu_minutes = flops_total * gpu_seconds_per_flop / 60
+    if gpu_minutes < 60:   # the hours' one decimal would round it away
+        print(f"# GPU-minutes: {gpu_minutes:.2f}, + tuning at most {tuning_total * gpu_seconds_per_flop / 60:.2f}")
     return 0
 
 

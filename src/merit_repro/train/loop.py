@@ -116,6 +116,7 @@ class Run:
         # The train split's memmap, opened by the first batch after a log point and dropped at it: opening it per
         # batch cost more host time than the windows read from it, and dropping it unmaps the pages it read, so
         # that they do not pile up in the process's RSS over a large corpus (why nanoGPT reopens it per batch)
+        self.train_split = tokens.HeldSplit(cfg.data_dir, "train", self.meta)
         self.train_tokens = None
         self.metrics = CsvLog(self.out / "metrics.csv", METRICS_COLUMNS)
         self.mal = CsvLog(self.out / "mal.csv", MAL_COLUMNS)
@@ -125,6 +126,7 @@ class Run:
         self.stop_signal = None
         self.agreement = HostAgreement(self.world_size)
         self.probes = {}   # step -> MAL rows, taken at that step, written when the step is recorded
+        self.probe_steps = frozenset(cfg.probe_steps())
         self.state = LoopState()
         self.clock = Clock(self.device)
         self.divergence = DivergenceRule(cfg.divergence_factor, cfg.divergence_window, cfg.spike_factor, cfg.steps)
@@ -166,7 +168,7 @@ class Run:
     def batch(self, step, micro_step):
         cfg = self.cfg
         if self.train_tokens is None:
-            self.train_tokens = tokens.open_tokens(cfg.data_dir, "train", self.meta)
+            self.train_tokens = self.train_split.open()
         offsets = batches.batch_offsets(len(self.train_tokens), cfg.block_size, cfg.batch_size, cfg.seed, step)
         rows = batches.micro_batch_slice(cfg.batch_size, self.micro_batch, self.world_size, self.rank, micro_step)
         x, y = batches.windows(self.train_tokens, offsets[rows], cfg.block_size)
@@ -266,7 +268,7 @@ class Run:
             pending.append((done, *self.train_step(step, diagnostics=evaluate_now)))
             if step == start:   # compilation and warm-up: not on the training clock
                 self.clock.start(self.state, done)
-            if self.master and (done % cfg.mal_every == 0 or last):
+            if self.master and done in self.probe_steps:
                 self.clock.window_start += self.probe(done)   # at this very step, whatever log_every
             stop_code, out_of_time, checkpoint_now = self.agreed_stops(done)   # every step, the same on every rank
             if not (evaluate_now or checkpoint_now or stop_code or out_of_time or done % cfg.log_every == 0 or last):
@@ -381,7 +383,7 @@ class Run:
                  f"# model: {self.model.num_params() / 1e6:.2f}M params {self.model_config}",
                  f"# steps: {cfg.steps} x {cfg.batch_size} sequences x {cfg.block_size} tokens "
                  f"= {cfg.steps * cfg.tokens_per_step:,} tokens; micro-batch {self.micro_batch} x {self.accum} "
-                 f"accumulation x {self.world_size} devices; warmup {cfg.warmup_steps} steps"]
+                 f"accumulation x {self.world_size} devices; warmup {cfg.lr_warmup_steps} steps"]
         self.log("\n".join(lines))
 
     def step_row(self, step, lr, train_loss=None, grad_norm=None, step_seconds=None):

@@ -15,7 +15,7 @@ import pandas as pd
 from merit_repro.config.registry import OPTIMIZERS
 from merit_repro.report.claims import Estimate, Pooled, Setting, of_values, statement
 from merit_repro.report.figures import Line, Panel
-from merit_repro.report.tables import mal_by_layer, spikes_kept
+from merit_repro.report.mal import mal_by_layer, spikes_kept
 
 from .context import log_of, mal_curve, record
 from .paper import differences
@@ -53,7 +53,7 @@ def group_estimate(ctx, model, opt, batch, group, n_layers):
              for seed, s in zip(runs.seed, per_seed_layers(ctx, model, opt, batch))}
     if not peaks or not layers:
         return Estimate(label, None)
-    return of_values(label, peaks, (model, batch), bool(row.at_edge), row.lr)
+    return of_values(label, peaks, (model, batch), bool(row.at_edge), row.lr, group=(model, opt, int(batch)))
 
 
 def mal_vs_step(ctx, prefix):

@@ -1,0 +1,101 @@
+"""The mechanism configs (issue 43): the CPU one and the one-GPU one plan the design their artifact reads (warmup rules,
+the QK-norm control, probes at the same tokens), their dry runs, the GPU runner's arguments, the GPU price."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from merit_repro.config import configfiles
+from merit_repro.plan import cost, grid
+from merit_repro.plan.cell import CellConfig
+from merit_repro.plan.validate import validate
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = {"mechanism.yaml": (8, 64, 27), "mechanism_gpu.yaml": (16, 128, 54)}   # small, large batch; grid cells
+RUNNER = REPO / "scripts" / "mechanism_gpu.sh"
+
+
+def cells_of(config):
+    """{(model, optimizer, batch): the CellConfig of its first grid cell}."""
+    return {(g.model, g.optimizer, g.batch): CellConfig.from_dict(grid.cell_config(config, g.model, g.tokens,
+                                                                                   g.optimizer, g.batch, g.lrs[0], 0))
+            for g in grid.experiment_groups(config, "mechanism")}
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_the_design_the_artifact_reads(name):
+    """Short rule at both batches, the long rule at the large one with the small batch's warmup steps, the QK-norm
+    control for AdamW alone; 64 probes at the same token positions at both batches."""
+    small, large, _ = CONFIGS[name]
+    config = validate(configfiles.load(REPO / "config" / name))
+    short, long, control = config["experiments"]["mechanism"]["models"]
+    cells = cells_of(config)
+    assert sorted(cells) == sorted([(short, o, b) for o in ("adamw", "merit") for b in (small, large)]
+                                   + [(long, "adamw", large), (long, "merit", large), (control, "adamw", large)])
+    assert cells[(long, "adamw", large)].lr_warmup_steps == cells[(short, "adamw", small)].lr_warmup_steps
+    assert cells[(short, "adamw", large)].lr_warmup_steps < cells[(short, "adamw", small)].lr_warmup_steps
+    assert cells[(control, "adamw", large)].qk_norm and not cells[(short, "adamw", large)].qk_norm
+    at = lambda cfg: [s * cfg.tokens_per_step for s in cfg.probe_steps()]  # noqa: E731
+    assert at(cells[(short, "adamw", small)]) == at(cells[(short, "adamw", large)])
+    assert len(at(cells[(short, "adamw", small)])) == 65
+    assert config["experiments"]["mechanism"]["artifacts"][0] == "mal_vs_lr"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", CONFIGS)
+def test_a_dry_run_plans_the_grid(tmp_path, name):
+    _, _, grid_cells = CONFIGS[name]
+    gpus = ["--resources", "gpu=12"] if "gpu" in name else []
+    r = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "2", *gpus, "--configfile",
+                        f"config/{name}", "--config", f"results={tmp_path}/results", f"figures={tmp_path}/figures"],
+                       cwd=REPO,
+                       capture_output=True, text=True, timeout=300)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-3000:]
+    assert len(re.findall(r"rule train:", out)) == grid_cells
+    assert len(re.findall(r"gpu=1,", out)) == (grid_cells if gpus else 0)
+
+
+def test_the_gpu_config_prices_within_ten_gpu_minutes_at_gpt2_smalls_flop_rate(capsys):
+    """The issue's price: GPT-2 Small's measured 450k tokens/s as a FLOP rate (a floor for so small a model: the
+    config's header gives the rate measured with 12 cells side by side)."""
+    args = ["--configfile", str(REPO / "config" / "mechanism_gpu.yaml"), "--rate-of", "gpt2-small=450000"]
+    assert cost.main(args) == 0
+    out = capsys.readouterr().out
+    grid_minutes, tuning_minutes = map(float, re.search(r"GPU-minutes: ([0-9.]+), \+ tuning at most ([0-9.]+)",
+                                                        out).groups())
+    assert "385 TFLOP/s per GPU (gpt2-small's 450,000 tokens/s at context 1024, by FLOPs)" in out
+    assert grid_minutes + tuning_minutes < 10
+    assert cost.main([*args[:3], "gpt2-tiny=fast"]) == 2
+    assert capsys.readouterr().err.strip().startswith("error: --rate-of 'gpt2-tiny=fast' must be SIZE=TOKENS_PER_S")
+
+
+def runner(*args):
+    return subprocess.run(["bash", str(RUNNER), *args], capture_output=True, text=True, timeout=60)
+
+
+def test_the_gpu_runner_parses_and_says_how_to_use_it():
+    assert subprocess.run(["bash", "-n", str(RUNNER)]).returncode == 0
+    r = runner("--help")
+    assert r.returncode == 0 and "--cells-per-gpu" in r.stdout and "MERIT_CELLS_PER_GPU=12" in r.stdout
+    for args, says in [(["--cells-per-gpu", "0"], "--cells-per-gpu 0 must be a whole number >= 1"),
+                       (["--gpus", "two"], "--gpus two must be a whole number >= 1"),
+                       (["--cores"], "--cores needs a value"), (["--bogus"], "unknown argument --bogus")]:
+        r = runner(*args)
+        lines = [line for line in r.stderr.splitlines() if line.strip()]
+        assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], args
+
+
+def test_batch_sizes_per_model_and_optimizer_name_only_the_experiments_optimizers():
+    """An optimizer a model's batch sizes leave out trains nothing there; one they name must be the experiment's
+    (a misspelt name would otherwise train nothing, silently)."""
+    config = configfiles.load(REPO / "config" / "mechanism.yaml")
+    spec = config["experiments"]["mechanism"]
+    assert grid.batch_list(spec, "mech-M-qk", "merit") == [] and grid.batch_list(spec, "mech-M-qk", "adamw") == [64]
+    spec["batch_sizes"]["mech-M-qk"] = {"adamW": [64]}
+    with pytest.raises(ValueError, match=r"experiments.mechanism.batch_sizes.mech-M-qk.adamW: 'adamW' is not one of "
+                                         r"the experiment's optimizers \(adamw, merit\)"):
+        validate(config)
