@@ -12,10 +12,15 @@
    at each model's largest batch: the difference, the old margin (Welch–Satterthwaite) and the new one
    (paired), side by side, the new one in seed sds, the difference decided with 80% power at this noise
    ("detectable"), the seeds' correlation, and the verdict under each.
+3. Fixed vs sequential (``second_look_seeds``), simulated through merit_repro.report.claims at the demo's spread of
+   a per-seed difference (from its runs; 0.6 tolerances without them): for each true difference, the share of
+   statements decided and the claim seeds each group spends, with n seeds at alpha, 2n at alpha, and n then n
+   more where the first n left it undecided for want of seeds, each look at alpha/2; and the false-verdict rate.
 """
 
 import argparse
 import math
+import random
 import sys
 from pathlib import Path
 
@@ -27,7 +32,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from merit_repro.plan import grid  # noqa: E402
 from merit_repro.report.artifacts import load_context  # noqa: E402
 from merit_repro.report.artifacts.context import PAIRS  # noqa: E402
-from merit_repro.report.claims import Estimate, Setting, compare, statement, t_critical, t_one_sided  # noqa: E402
+from merit_repro.report.claims import (  # noqa: E402
+    DECIDED,
+    EQUIVALENT,
+    HELD,
+    NOT_HELD,
+    Estimate,
+    Setting,
+    Stats,
+    compare,
+    of_values,
+    statement,
+    t_critical,
+    t_one_sided,
+)
 
 ALPHA = 0.05
 PAPER_NUMBERS = Path(__file__).resolve().parents[1] / "workflow" / "resources" / "paper_numbers.csv"
@@ -76,12 +94,10 @@ def old_rule(a, b, tolerance):
     return margin, "held" if d < -margin else "did not hold" if d > margin else "inconclusive"
 
 
-def on_runs(config, results):
+def largest_batch_pairs(config, results):
+    """(experiment, Context, model, batch, a, b, estimate of a, estimate of b) of MERIT, LAMB and AdamW pairwise at
+    each model's largest batch, each comparison once, where both sides have two or more claim seeds."""
     tables = Path(results) / "tables"
-    print("\n2. The demo's runs, each model's largest batch (final validation loss, claim seeds):\n")
-    print("| experiment | model | batch | comparison | difference | seed sd | old margin (Welch-S) | old verdict | "
-          "new margin (paired) | in seed sds | detectable | r | new verdict |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     seen = set()
     for experiment, spec in config["experiments"].items():
         if not {"adamw", "lamb", "merit"} <= set(spec["optimizers"]):
@@ -95,21 +111,86 @@ def on_runs(config, results):
                     continue
                 seen.add((model, batch, a, b))
                 ea, eb = ctx.estimate(model, a, batch), ctx.estimate(model, b, batch)
-                if ea.missing or eb.missing or ea.diverged or eb.diverged or min(ea.n, eb.n) < 2:
-                    continue
-                plain = (Estimate(ea.label, ea.mean, ea.std, ea.n), Estimate(eb.label, eb.mean, eb.std, eb.n))
-                margin, before = old_rule(*plain, ctx.stats.tolerance)
-                c = compare(ea, eb, ctx.stats)
-                now = statement("x", [Setting(model, str(batch), ea, eb)], ctx.stats).rows[0]
-                low, high = c.interval(ALPHA)
-                new_margin = max(high - c.difference, c.tolerance) if c.testable else float("nan")
-                r = f"{c.correlation:.2f}" if c.correlation is not None else "–"
-                sd = math.sqrt((ea.std ** 2 + eb.std ** 2) / 2)   # one run's seed sd, the two sides pooled
-                print(f"| {experiment} | {model} | {batch} | {ctx.name(a)} vs {ctx.name(b)} | "
-                      f"{ea.mean - eb.mean:+.4f} | "
-                      f"{sd:.4f} | {margin:.4f} | {before} | {new_margin:.4f} | {new_margin / sd:.2f} | "
-                      f"{power_80(ea.n, (high - c.difference) / t_one_sided(ALPHA, c.df) / sd, c.df) * sd:.4f} | "
-                      f"{r} | {now.verdict}{f' ({now.why})' if now.why else ''} |")
+                if not (ea.missing or eb.missing or ea.diverged or eb.diverged or min(ea.n, eb.n) < 2):
+                    yield experiment, ctx, model, batch, a, b, ea, eb
+
+
+def on_runs(config, results):
+    print("\n2. The demo's runs, each model's largest batch (final validation loss, claim seeds):\n")
+    print("| experiment | model | batch | comparison | difference | seed sd | old margin (Welch-S) | old verdict | "
+          "new margin (paired) | in seed sds | detectable | r | new verdict |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for experiment, ctx, model, batch, a, b, ea, eb in largest_batch_pairs(config, results):
+        plain = (Estimate(ea.label, ea.mean, ea.std, ea.n), Estimate(eb.label, eb.mean, eb.std, eb.n))
+        margin, before = old_rule(*plain, ctx.stats.tolerance)
+        c = compare(ea, eb, ctx.stats)
+        now = statement("x", [Setting(model, str(batch), ea, eb)], ctx.stats).rows[0]
+        low, high = c.interval(ALPHA)
+        new_margin = max(high - c.difference, c.tolerance) if c.testable else float("nan")
+        r = f"{c.correlation:.2f}" if c.correlation is not None else "–"
+        sd = math.sqrt((ea.std ** 2 + eb.std ** 2) / 2)   # one run's seed sd, the two sides pooled
+        print(f"| {experiment} | {model} | {batch} | {ctx.name(a)} vs {ctx.name(b)} | "
+              f"{ea.mean - eb.mean:+.4f} | "
+              f"{sd:.4f} | {margin:.4f} | {before} | {new_margin:.4f} | {new_margin / sd:.2f} | "
+              f"{power_80(ea.n, (high - c.difference) / t_one_sided(ALPHA, c.df) / sd, c.df) * sd:.4f} | "
+              f"{r} | {now.verdict}{f' ({now.why})' if now.why else ''} |")
+
+
+def contrast_sds(config, results):
+    """The demo's per-seed differences' sd in tolerances (MERIT, LAMB, AdamW pairwise at each model's largest
+    batch), or [] without its runs."""
+    if not (Path(results) / "tables" / "best_lr.csv").exists():
+        return []
+    sds = []
+    for _, ctx, _, _, _, _, ea, eb in largest_batch_pairs(config, results):
+        c = compare(ea, eb, ctx.stats)
+        if c.testable and c.test == "paired t":
+            sds.append(c.se * math.sqrt(c.subject.n) / c.tolerance)
+    return sds
+
+
+def draw(gap, sd, seeds, tolerance, rng):
+    """Per-seed values of a and b with a - b = gap tolerances plus noise of sd tolerances at each seed (what a
+    seed's runs share cancels in the paired difference); the reference's level is 3.0."""
+    b = {s: 3.0 + 0.05 * rng.gauss(0.0, 1.0) for s in seeds}
+    return {s: b[s] + tolerance * (gap + sd * rng.gauss(0.0, 1.0)) for s in seeds}, b
+
+
+def judged(values, seeds, stats):
+    """claims.statement's "a is lower than b" in one setting, on the given seeds of draw's values."""
+    a, b = ({s: v[s] for s in seeds} for v in values)
+    return statement("a is lower", [Setting("S", "8", of_values("a", a, ("S", 8), group=("S", "a", 8)),
+                                            of_values("b", b, ("S", 8), group=("S", "b", 8)))], stats)
+
+
+def sequential(sd, n=3, trials=2000, seed=0):
+    """Decided share, false verdicts and seeds per group at each true gap: n at alpha, 2n at alpha, n + n later."""
+    rng = random.Random(seed)
+    one, half = Stats(ALPHA, 0.005), Stats(ALPHA / 2, 0.005, looks=2)
+    tolerance = one.tolerance * 3.0
+    first, both = list(range(1, n + 1)), list(range(1, 2 * n + 1))
+    print(f"\n3. Fixed vs sequential at a per-seed difference sd of {sd:.2f} tolerances ({trials} statements per gap; "
+          f"alpha {ALPHA:g}; sequential: {n} claim seeds, then {n} more where the first look left the statement "
+          "undecided for want of seeds, each look at alpha/2)\n")
+    print(f"| true gap (tolerances) | decided, {n} seeds | decided, {2 * n} seeds | decided, sequential | seeds per "
+          f"group, sequential | false verdicts: {n} / {2 * n} / sequential |")
+    print("|---|---|---|---|---|---|")
+    for gap in (-4.0, -3.0, -2.0, -1.5, -0.5, 0.0, 2.0):
+        truth = HELD if gap < -1 else EQUIVALENT if -1 < gap < 1 else NOT_HELD
+        decided, wrong, spent = {"n": 0, "2n": 0, "seq": 0}, {"n": 0, "2n": 0, "seq": 0}, 0
+        for _ in range(trials):
+            values = draw(gap, sd, both, tolerance, rng)
+            early = judged(values, first, half)
+            again = bool(early.needs_seeds())
+            spent += len(both) if again else n
+            results = {"n": judged(values, first, one).result, "2n": judged(values, both, one).result,
+                       "seq": judged(values, both, half).result if again else early.result}
+            for name, result in results.items():
+                decided[name] += result in DECIDED
+                wrong[name] += result in DECIDED and result != truth
+        print(f"| {gap:+.1f} | {decided['n'] / trials:.3f} | {decided['2n'] / trials:.3f} | "
+              f"{decided['seq'] / trials:.3f} | {spent / trials:.2f} | "
+              + " / ".join(f"{wrong[k] / trials:.3f}" for k in ("n", "2n", "seq")) + " |")
 
 
 def main():
@@ -124,6 +205,8 @@ def main():
         on_runs(config, results)
     else:
         print(f"\n2. No runs at {results}/tables: run the workflow first for the demo's own margins.")
+    sds = sorted(contrast_sds(config, results))
+    sequential(sds[len(sds) // 2] if sds else 0.6)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ INTEGRITY = ["tests/test_run_records.py", "tests/test_error_lines.py", "tests/te
 BUNDLE = ["tests/test_bundle.py"]
 LLAMA = ["tests/test_llama.py"]
 ZEROSHOT = ["tests/test_zeroshot.py", "tests/test_export.py"]
+LOOKS = ["tests/test_second_look.py"]
 
 
 @dataclass
@@ -100,9 +101,9 @@ MUTATIONS = [
     M("stop_no_barrier", "a stopped DDP cell's ranks exit without waiting for rank 0's checkpoint",
       "src/merit_repro/train/loop.py", [("        self.agreement.barrier()\n", "")], ["tests/test_train.py"]),
     M("probe_at_log_point", "MAL probes taken at the next log point, labelled with their own step",
-      "src/merit_repro/train/loop.py", [("            if self.master and (done % cfg.mal_every == 0 or last):\n"
+      "src/merit_repro/train/loop.py", [("            if self.master and done in self.probe_steps:\n"
                                     "                self.clock.window_start += self.probe(done)",
-                                    "            if self.master and (done % cfg.mal_every == 0 or last):\n"
+                                    "            if self.master and done in self.probe_steps:\n"
                                     "                self.late_probes = [*getattr(self, 'late_probes', []), done]\n"
                                     "            if self.master and done % cfg.log_every == 0:\n"
                                     "                for late in getattr(self, 'late_probes', []):\n"
@@ -147,7 +148,7 @@ MUTATIONS = [
       [("& (runs.lr == d[\"best_lr\"]) & runs.seed.isin(seeds)]", "& (runs.lr == d[\"best_lr\"]) & (runs.seed == seeds[0])]")],
       UNIT),
     M("report_grid_seed", "the grid seed that chose the LR is reported with the claim seeds", "src/merit_repro/report/tables.py",
-      [('if c["lr"] == d["best_lr"] and c["seed_origin"] == "claim"]', 'if c["lr"] == d["best_lr"]]')], UNIT),
+      [('if c["lr"] == d["best_lr"] and c["seed_origin"] in REPORTING]', 'if c["lr"] == d["best_lr"]]')], UNIT),
     M("peak_is_min", "peak MAL taken as the minimum", "src/merit_repro/report/tables.py",
       [('peak = values.loc[values["mal"].idxmax()]', 'peak = values.loc[values["mal"].idxmin()]'),
        ('    return mal.groupby("layer")["mal"].max()', '    return mal.groupby("layer")["mal"].min()')], UNIT),
@@ -187,6 +188,14 @@ MUTATIONS = [
     M("two_sided", "each verdict tested two-sided (alpha / 2 a side)", "src/merit_repro/report/claims.py",
       [("        return t_cdf((self.difference - x) / self.se, self.df)",
         "        return 2 * t_cdf((self.difference - x) / self.se, self.df)")], UNIT),
+    M("looks_full_alpha", "two looks at the claim seeds, each at the whole alpha", "src/merit_repro/report/claims.py",
+      [('        return cls(float(report["alpha"]) / looks,', '        return cls(float(report["alpha"]),')], LOOKS),
+    M("settled_judged_again", "the second look judges again what the first decided", "src/merit_repro/report/artifacts/looks.py",
+      [('        if b["statement"]["needs_seeds"]:', "        if True:")], LOOKS),
+    M("second_look_part_of_a_statement", "a second look trains only the groups of the undecided settings",
+      "src/merit_repro/report/claims.py",
+      [("        judged = [r for r in self.rows if r.verdict not in (NOT_TESTED, DESCRIPTIVE)]\n        return sorted(",
+        "        judged = [r for r in self.rows if r.why in SEED_LIMITED]\n        return sorted(")], LOOKS),
     M("target_ignored", "Figure 1 counts a run as reaching the target whatever its loss", "src/merit_repro/report/artifacts/steps_to_target.py",
       [("pair = (est, line) if opt == \"merit\" else (line, est)", "pair = (line, est) if opt == \"merit\" else (est, line)")],
       UNIT),

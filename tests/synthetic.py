@@ -41,8 +41,8 @@ def write_run(run_dir, final, steps, curve=None, peak_mal=1.0, n_layers=2):
     (run_dir / "mal.csv").write_text("\n".join(mal_lines) + "\n")
     status = "ok" if final is not None else "diverged"
     (run_dir / "summary.json").write_text(json.dumps({
-        "status": status, "final_val_loss": final, "best_val_loss": final, "steps": steps, "tokens_per_s": 1000.0,
-        "train_seconds": 1.0, "loss_spikes": 0, "eval_interval": EVAL_EVERY}))
+        "status": status, "final_val_loss": final, "best_val_loss": final, "steps": steps, "planned_steps": steps,
+        "tokens_per_s": 1000.0, "train_seconds": 1.0, "loss_spikes": 0, "eval_interval": EVAL_EVERY}))
     (run_dir / "eval.json").write_text(json.dumps({"val_loss": final}))
 
 
@@ -69,6 +69,13 @@ def build(tmp_path, config, loss, curve=None, peak_mal=None):
             return out
 
         decisions.append(tuning.annotate(spec, tuning.tune(spec, train)))
+        Path(group.path(results)).mkdir(parents=True, exist_ok=True)   # as the workflow's final.json
+        tuning.write_json(Path(group.path(results)) / "final.json", decisions[-1])
+    return write_tables(results, config, decisions)
+
+
+def write_tables(results, config, decisions):
+    """results/tables/{runs,cells,best_lr}.csv of the decisions, as the collect and select steps write them."""
     runs, cells = tables.runs_table(decisions, str(results), config.get("report", {}).get("mal_threshold", 100))
     best = tables.best_lr_table(decisions, runs)
     paths = {name: results / "tables" / f"{name}.csv" for name in ("runs", "cells", "best_lr")}

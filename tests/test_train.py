@@ -508,6 +508,30 @@ def test_fewer_log_points_change_nothing_but_the_timing(tmp_path, data_dir):
         assert read_rows(tmp_path / "log7" / name) == read_rows(tmp_path / "log1" / name), name
 
 
+def test_mal_probes_are_taken_at_their_steps_through_a_stop_and_resume(tmp_path, data_dir):
+    """mal_probes: 5 over 20 steps probes after steps 4, 8, ..., 20 (and 0). A run stopped by a signal right after
+    its probe of step 8, then resumed, takes each probe once, at its step, as the run without a stop does."""
+    from merit_repro.train import loop
+
+    cell = dict(mal_probes=5, tokens=8 * 32 * 20)
+    in_process_run(tmp_path / "twin", data_dir, **cell).run()
+    run = in_process_run(tmp_path, data_dir, **cell)
+    record = run.record
+
+    def record_then_stop(row, evaluate):
+        if row["step"] == 7:
+            run.stop_signal = signal.SIGTERM   # seen at the next step's stop check, after its probe
+        return record(row, evaluate)
+    run.record = record_then_stop
+    with pytest.raises(loop.Stop):
+        run.run()
+    assert {int(r["step"]) for r in read_rows(tmp_path / "run" / "mal.csv")} == {0, 4, 8}
+    in_process_run(tmp_path, data_dir, **cell).run()
+    mal = read_rows(tmp_path / "run" / "mal.csv")
+    assert sorted({int(r["step"]) for r in mal}) == run.cfg.probe_steps() == [0, 4, 8, 12, 16, 20]
+    assert mal == read_rows(tmp_path / "twin" / "run" / "mal.csv")
+
+
 def test_tokens_per_second_counts_training_only(tmp_path, data_dir, monkeypatch):
     """Checkpoints (made slow here), the first step (compilation on a GPU), evaluation and the probe are
     off the training clock."""
@@ -541,18 +565,44 @@ def test_a_log_deleted_during_the_run_is_written_again_whole(tmp_path, data_dir,
     in_process_run(tmp_path / "twin", data_dir).run()
     ref = tmp_path / "twin" / "run"
     run = in_process_run(tmp_path, data_dir, checkpoint_every=5, keep_checkpoint=True)
-    record = run.record
+    record, deleted = run.record, []
 
-    def record_and_delete(step, *args, **kwargs):
-        if step in (12, 27):
+    def record_and_delete(row, *args, **kwargs):
+        if row["step"] in (12, 27):
             for name in ("metrics.csv", "mal.csv", "diagnostics.csv"):
                 (tmp_path / "run" / name).unlink(missing_ok=True)
-        return record(step, *args, **kwargs)
+            deleted.append(row["step"])
+        return record(row, *args, **kwargs)
     monkeypatch.setattr(run, "record", record_and_delete)
     run.run()
+    assert deleted == [12, 27]   # the files did vanish mid-run
     for name in ["metrics.csv", "mal.csv", "diagnostics.csv"]:
         assert read_rows(tmp_path / "run" / name) == read_rows(ref / name), name
     import torch
 
     logs = torch.load(tmp_path / "run" / "ckpt.pt", weights_only=True)["logs"]
     assert logs["metrics"].startswith("step,tokens,lr") and logs["metrics"].count("\n") == 36 + 1
+
+
+@pytest.mark.parametrize("change", ["rewritten", "truncated"])
+def test_a_corpus_changed_mid_run_stops_it_with_one_line(tmp_path, data_dir, monkeypatch, capsys, change):
+    """train.bin rewritten in place (same size) or truncated after the first log point: the run stops with one
+    error line naming the file, instead of finishing `ok` on other tokens."""
+    import shutil
+
+    from merit_repro.train import loop
+
+    corpus = tmp_path / "corpus"
+    shutil.copytree(data_dir, corpus)
+    train_bin, real_flush = corpus / "train.bin", loop.Run.flush
+
+    def flush_then_change(self, *args):
+        data = train_bin.read_bytes()
+        train_bin.write_bytes(data[::-1] if change == "rewritten" else data[: len(data) // 2])
+        return real_flush(self, *args)
+    monkeypatch.setattr(loop.Run, "flush", flush_then_change)
+    config, out = cell_file(tmp_path, corpus, tokens=8 * 32 * 4), tmp_path / "run"
+    assert loop.main(["--config", str(config), "--out", str(out)]) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and f"error: {train_bin} changed while this run was training on it" in lines[0], lines
+    assert "restart the run" in lines[0] and not (out / "summary.json").exists()

@@ -54,12 +54,13 @@ def test_groups_of_experiments_that_train_the_same_cells_share_their_rounds():
 
 
 def test_an_adopted_decision_is_the_last_rounds_under_the_adopters_name(tmp_path):
-    spec = {**SPEC, "group": {"experiment": "a", "model": "T"}}
+    where = {"model": "T", "tokens": "65536", "optimizer": "adamw", "batch": 8}
+    spec = {**SPEC, "group": {"experiment": "a", **where}}
     train, _ = trainer(bowl(2e-3))
     last = tuning.annotate(spec, tune(spec, train))
     (tmp_path / "round3.json").write_text(json.dumps(last))
     out = tmp_path / "final.json"
-    group = {"experiment": "b", "model": "T"}
+    group = {"experiment": "b", **where}
     assert tuning.main(["--adopt", str(tmp_path / "round3.json"), "--group", json.dumps(group), "--out", str(out)]) == 0
     final = json.loads(out.read_text())
     assert final == {**last, "group": group, "rounds_of": "a"}

@@ -428,3 +428,48 @@ def test_the_lock_pins_every_dependency_within_its_range():
             continue   # installed apart (scripts/setup.sh), CPU or CUDA build
         assert req.name.lower() in lock, f"{req.name} is not in requirements-lock.txt"
         assert req.specifier.contains(lock[req.name.lower()], prereleases=True), (req, lock[req.name.lower()])
+
+
+def test_a_second_look_trains_seeds_only_where_the_first_left_statements_undecided(tmp_path):
+    """second_look_seeds: the first look judges every statement on the claim seeds, the groups behind the ones left
+    undecided for want of seeds train the second-look seeds at their chosen LR, and the report keeps every other
+    verdict as the first look decided it (the look in claims.csv)."""
+    config = yaml.safe_load(TINY.read_text())
+    config["experiments"] = {"sweep": {"models": ["T"], "tokens": 4096, "optimizers": ["adamw", "merit"],
+                                       "batch_sizes": [4, 8], "lr_grid": {"adamw": [3.0e-3], "merit": [5.0e-3]},
+                                       "artifacts": ["val_loss_vs_batch"]}}
+    config.update(claim_seeds=[1, 2], second_look_seeds=[3])
+    path = tmp_path / "looks.yaml"
+    path.write_text(dump_config(config))
+    workdir = copy_workflow(tmp_path / "wf")
+    r = snakemake(workdir, config=path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    results = workdir / "results"
+    look = json.loads((results / "tuning" / "_second_look.json").read_text())
+    assert look["alpha"] == 0.025 and look["seeds"] == [3]
+    sent = {(g["optimizer"], g["batch"]) for g in look["groups"]}
+    for g in grid.all_groups({**config, "results": str(results)}).values():
+        decision = json.loads((Path(g.path(results)) / "looked.json").read_text())
+        trained = (Path(grid.Cell(g.model, g.tokens, g.optimizer, g.batch, decision["best_lr"], 3).path(results))
+                   / "summary.json").exists()
+        assert decision["second_look"] == ([3] if (g.optimizer, g.batch) in sent else []) and trained == bool(
+            decision["second_look"]), (g, sent)
+    claims = pd.read_csv(workdir / "paper_figures" / "claims.csv")
+    judged = claims[claims.verdict != "descriptive"]
+    assert set(judged.look) <= {1, 2} and "two looks at the claim seeds" in (
+        workdir / "paper_figures" / "README.md").read_text()
+    assert sent and (judged.look == 2).any(), (sent, judged[["claim", "verdict", "why", "look"]])
+    again = judged[judged.look == 2]   # the claim seeds and the second look's in every term
+    assert again.basis.str.contains("paired t on 3 per-seed differences").all(), again.basis
+    assert not judged[judged.look == 1].basis.str.contains("on 3 per-seed").any()
+    r = snakemake(workdir, "-n", config=path)
+    assert "Nothing to be done" in r.stdout + r.stderr
+    # a bundle carries both looks: the rebuild trains nothing, looks at nothing again, and makes the same claims
+    r = snakemake(workdir, "bundle", config=path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (made,) = (results / "bundle").iterdir()
+    fresh = copy_workflow(tmp_path / "fresh")
+    r = snakemake(fresh, "--config", f"bundle={made}", config=path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert not any(f"rule {name}:" in r.stderr for name in ("second_look", "looked_group", "train")), r.stderr[-3000:]
+    assert (fresh / "paper_figures/claims.csv").read_bytes() == (workdir / "paper_figures/claims.csv").read_bytes()

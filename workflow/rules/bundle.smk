@@ -50,6 +50,29 @@ if BUNDLE:
             "{params.python:q} -m merit_repro.report.bundle audit --results {params.results:q} > {output:q} "
             "2> {log:q} || (cat {log:q} >&2; exit 1)"
 
+    if SECOND_LOOK:
+
+        localrules:
+            audit_first_look,
+
+        # A rebuilt report keeps the first look's verdicts: they must be the ones the bundle's runs give.
+        rule audit_first_look:
+            input:
+                decisions=final_decisions(),
+                first_look=paths.second_look(RESULTS),
+                paper=PAPER_NUMBERS,
+            output:
+                f"{RESULTS}/{bundle.ORIGIN}/first_look_audit.txt",
+            log:
+                paths.log(RESULTS, "bundle", "audit_first_look"),
+            conda:
+                ENV
+            params:
+                results=RESULTS,
+                mal_threshold=config["report"]["mal_threshold"],
+            script:
+                "../scripts/audit_first_look.py"
+
     rule unpack_bundle:
         input:
             BUNDLE,
@@ -57,6 +80,8 @@ if BUNDLE:
             decisions=tuned_groups(),
             data=used_corpora(),
             zeroshot=zeroshot_outputs(),
+            first_look=[paths.second_look(RESULTS)] if SECOND_LOOK else [],
+            finals=final_decisions() if SECOND_LOOK else [],
         log:
             paths.log(RESULTS, "bundle", "unpack"),
         conda:

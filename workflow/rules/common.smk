@@ -21,13 +21,14 @@ from snakemake.utils import validate
 
 from merit_repro.config import configfiles, optimizer_sources
 from merit_repro.config.registry import ARTIFACTS
+from merit_repro.plan import folders as output_folders
 from merit_repro.plan import grid, paths, runtime, tuning
 from merit_repro.plan import resources as job_resources
 from merit_repro.plan.cell import split_settings
 from merit_repro.plan.validate import corpus_problems, optimizer_settings, source_problems, validate as check_config
 from merit_repro.report import bundle
 from merit_repro.train import tracking
-from merit_repro.utils import UserError
+from merit_repro.utils import UserError, failure_line
 
 SCHEMA = str(Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml")
 try:  # duplicate keys, aliases, templates: before anything reads the values; then the schema, in short lines
@@ -57,6 +58,18 @@ try:  # a tracking backend that is not installed fails here, naming its package,
         tracking.check_available(config["tracking"]["backend"])
 except UserError as err:
     raise WorkflowError(str(err)) from None
+# ---- output folders (merit_repro.plan.folders): results and figures must be the workflow's own; one holding files it
+# did not write is refused here, before any job. A new or empty one is claimed (its record written) when a run starts,
+# in onstart, never in a dry run; jobs that parse the workflow again (cluster, subprocess) leave it to the main one.
+try:
+    FOLDER_CLAIMS = {}
+    if workflow.is_main_process:
+        FOLDER_CLAIMS = output_folders.plan_claims(
+            {"results": config["results"], "figures": config["figures"]}, ARTIFACTS, config["adopt_folders"]
+        )
+except UserError as err:
+    raise WorkflowError(str(err)) from None
+# ---- end of output folders
 # Live tracking reaches the trainers through their environment (merit_repro.train.tracking), never a cell's config or
 # a rule's params: switching it on or off retrains nothing.
 os.environ[tracking.ENV] = json.dumps(config["tracking"], sort_keys=True)
@@ -78,9 +91,8 @@ def preflight(log):
     # with --sdm conda an optimizer from outside is in the jobs' environment, not this one: each job builds it first
     settings = [s for s in optimizer_settings(config) if not (CONDA and s["source"])]
     settings = json.dumps(settings, sort_keys=True)
-    built = subprocess.run(
-        [sys.executable, "-m", "merit_repro.optim.check", "--settings", settings], capture_output=True, text=True
-    )
+    command = [sys.executable, "-m", "merit_repro.optim.check", "--settings", settings]
+    built = subprocess.run(command, capture_output=True, text=True)
     problems = (
         corpus_problems(config)
         + source_problems(config)
@@ -92,7 +104,8 @@ def preflight(log):
             file=sys.stderr,
         )
     elif built.returncode and not problems:
-        problems = [f"the optimizer check failed: {built.stderr.strip()[-500:]}"]
+        check_log = paths.log(config["results"], "preflight", "optimizer_check")
+        problems = [failure_line("the optimizer check", command, built.stderr, check_log)]
     for problem in problems:
         print(f"error: {problem}", file=sys.stderr)
     if problems:
@@ -101,6 +114,7 @@ def preflight(log):
 
 onstart:
     preflight(log)
+    output_folders.claim(FOLDER_CLAIMS)  # after the checks, before the first job
 
 
 ENV = "../../environment.yml"  # with --use-conda (sdm conda); relative to the rule files
@@ -121,6 +135,7 @@ ZEROSHOT_TASKS = paths.zeroshot_tasks(RESULTS)
 ZEROSHOT_OFFLINE = "HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 " if ZEROSHOT["offline"] else ""
 MULTI_NODE_MODELS = [m for m in config["models"] if job_resources.multi_node(config, m)]
 ONE_NODE_MODELS = [m for m in config["models"] if m not in MULTI_NODE_MODELS]
+SECOND_LOOK = grid.second_look_seeds(config)  # a second look at the claim seeds (merit_repro.report.second_look)
 MAX_TUNING_ROUNDS = 1000  # far above what any grid needs: each round adds at least one new cell
 
 
@@ -270,7 +285,7 @@ def zeroshot_runs(wildcards):
     return [
         f"{cell_dir(group, c['lr'], c['seed'])}/summary.json"
         for c in decision["cells"]
-        if c["seed_origin"] == "claim" and c["lr"] == decision["best_lr"]
+        if c["seed_origin"] == tuning.CLAIM and c["lr"] == decision["best_lr"]
     ]
 
 
@@ -301,21 +316,53 @@ def zeroshot_outputs(experiment=None):
 
 def artifact_extra(wildcards):
     """Besides the tables: the zero-shot scores an artifact reads, and in a rebuild from a bundle its audit (the
-    rebuilt tables equal the bundle's own)."""
+    rebuilt tables, and its first look at the claim seeds, equal the bundle's own)."""
     scores = zeroshot_outputs(wildcards.experiment) if ARTIFACTS[wildcards.artifact].needs_zeroshot else []
-    return scores + ([f"{RESULTS}/{bundle.ORIGIN}/audit.txt"] if BUNDLE else [])
+    if not BUNDLE:
+        return scores
+    audits = ["audit.txt", "first_look_audit.txt"] if SECOND_LOOK else ["audit.txt"]
+    return scores + [f"{RESULTS}/{bundle.ORIGIN}/{name}" for name in audits]
+
+
+def final_decisions():
+    return [paths.tuning_final(RESULTS, *g.wildcards().values()) for g in GROUPS.values()]
 
 
 def tuned_groups():
-    return [f"{g.path(RESULTS)}/final.json" for g in GROUPS.values()]
+    """Each group's decision the report reads: its final one, with the second look's cells when there is one."""
+    if not SECOND_LOOK:
+        return final_decisions()
+    return [paths.tuning_looked(RESULTS, *g.wildcards().values()) for g in GROUPS.values()]
 
 
-def configured_groups():
-    """Per tuned group (by its final.json), what the config asks of it: its tuning spec and its cells' settings
-    (lr and seed aside). The collect step checks every run against it; a change reruns that check."""
-    return grid.sorted_dict(
-        {f"{g.path(RESULTS)}/final.json": grid.group_expectation(config, g) for g in GROUPS.values()}
-    )
+def configured_groups(decisions):
+    """Per tuned group (by the path of its decision), what the config asks of it: its tuning spec and its cells'
+    settings (lr and seed aside). The collect step checks every run against it; a change reruns that check."""
+    return grid.sorted_dict({path: grid.group_expectation(config, g) for path, g in zip(decisions, GROUPS.values())})
+
+
+def first_look():
+    """The first look's record (the second_look checkpoint's output): asked for once it is written."""
+    return checkpoints.second_look.get().output[0]
+
+
+def second_look_runs(wildcards):
+    """Every run file of the cells the second look adds to a group (none when it sends the group none)."""
+    look = first_look()  # before the final decision: it is there once the first look is
+    final = decision_at(paths.tuning_final(RESULTS, **group_of(wildcards).wildcards()))
+    try:
+        added = tuning.with_second_look(final, json.loads(Path(look).read_text()))
+    except (ValueError, KeyError, TypeError, RecursionError) as err:
+        raise WorkflowError(
+            f"{look} cannot be read as the first look ({err}); delete it and run the workflow again"
+        ) from None
+    group = group_of(wildcards)
+    return [
+        f"{cell_dir(group, c['lr'], c['seed'])}/{name}"
+        for c in added["cells"]
+        if c["seed_origin"] == tuning.SECOND_LOOK
+        for name in paths.RUN_FILES
+    ]
 
 
 def used_corpora():
@@ -324,9 +371,7 @@ def used_corpora():
 
 
 def experiment_artifacts(name):
-    exp = config["experiments"][name]
-    artifacts = [a for a in exp.get("artifacts", []) if not ARTIFACTS[a].needs_lambada or config.get("lambada")]
-    return [f"{FIGURES}/{a}/{name}" for a in artifacts]
+    return [f"{FIGURES}/{a}/{name}" for a in grid.experiment_artifacts(config, name)]
 
 
 def final_outputs():

@@ -25,9 +25,58 @@ rule collect_runs:
     params:
         results=lambda wc, output: str(paths.results_of_table(output.runs)),
         mal_threshold=config["report"]["mal_threshold"],
-        expected=configured_groups(),
+        expected=configured_groups(tuned_groups()),
     script:
         "../scripts/collect_runs.py"
+
+
+if SECOND_LOOK and not BUNDLE:  # a bundle brings both looks' decisions
+
+    localrules:
+        second_look,
+        looked_group,
+
+    # The first look at the claim seeds: every statement judged on them (at half of alpha); the groups behind those
+    # left undecided for want of seeds train the second-look seeds at their chosen LR (merit_repro.report.second_look).
+    checkpoint second_look:
+        input:
+            decisions=final_decisions(),
+            data=used_corpora(),
+            paper=PAPER_NUMBERS,
+        output:
+            paths.second_look(RESULTS),
+        log:
+            paths.log(RESULTS, "report", "second_look"),
+        conda:
+            ENV
+        params:
+            results=RESULTS,
+            mal_threshold=config["report"]["mal_threshold"],
+            expected=configured_groups(final_decisions()),
+            # what the statements depend on besides the runs: a change looks again
+            report=grid.sorted_dict(config["report"]),
+            experiments=grid.sorted_dict(config["experiments"]),
+            seeds=SECOND_LOOK,
+        script:
+            "../scripts/second_look.py"
+
+    # A group's decision with the cells the second look added to it (none when it sent the group none).
+    rule looked_group:
+        input:
+            final=paths.tuning_final(RESULTS, "{experiment}", "{model}", "{optimizer}", "{batch}"),
+            look=lambda wc: first_look(),
+            runs=second_look_runs,
+        output:
+            paths.tuning_looked(RESULTS, "{experiment}", "{model}", "{optimizer}", "{batch}"),
+        log:
+            paths.log(RESULTS, "tuning", f"{GROUP_PATH}/looked"),
+        conda:
+            ENV
+        params:
+            python=EXEC_PYTHON,
+        shell:
+            "{params.python} -m merit_repro.plan.tuning --final {input.final:q} --second-look {input.look:q} "
+            "--out {output:q} > {log:q} 2>&1"
 
 
 rule select_best_lr:
@@ -51,6 +100,7 @@ rule artifact:
         best=paths.table(RESULTS, "best_lr.csv"),
         paper=PAPER_NUMBERS,
         extra=artifact_extra,
+        first_look=[paths.second_look(RESULTS)] if SECOND_LOOK else [],
     output:
         table=multiext(f"{FIGURES}/{{artifact}}/{{experiment}}", ".csv", ".md", ".tex", ".json"),
         png=report(

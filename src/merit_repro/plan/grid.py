@@ -79,20 +79,49 @@ def claim_seeds(config, name):
     return [int(s) for s in seeds]
 
 
+def second_look_seeds(config):
+    """Seeds a second look trains at the chosen LR of each group whose statements the first look left undecided
+    for want of seeds (merit_repro.report.looks); none: one look."""
+    return [int(s) for s in config.get("second_look_seeds") or []]
+
+
+def looks(config):
+    """How many looks at the claim seeds the verdicts take (each at its share of alpha)."""
+    return 2 if second_look_seeds(config) else 1
+
+
+def experiment_artifacts(config, name):
+    """The artifacts an experiment makes: those it asks for, but a LAMBADA one only with a LAMBADA corpus."""
+    return [a for a in config["experiments"][name].get("artifacts", [])
+            if not ARTIFACTS[a].needs_lambada or config.get("lambada")]
+
+
 def lr_list(exp, model, optimizer):
     grid = exp["lr_grid"]
     return _per(grid[model], optimizer) if model in grid else grid[optimizer]
 
 
+def batch_list(exp, model, optimizer):
+    """The batch sizes an experiment trains one optimizer at on one model: one list for all, a list per model or
+    per optimizer, or per model a list per optimizer ({model: {optimizer: [...]}}), where an optimizer the model's
+    entry does not name trains nothing on that model (AdamW alone on a QK-norm control, say)."""
+    batches = _per(exp["batch_sizes"], model, optimizer)
+    return batches.get(optimizer, []) if isinstance(batches, dict) else batches
+
+
+def trained_pairs(exp):
+    """The (model, optimizer) pairs of an experiment that train at some batch size."""
+    return [(m, o) for m in exp["models"] for o in exp["optimizers"] if batch_list(exp, m, o)]
+
+
 def experiment_groups(config, name):
     exp = config["experiments"][name]
     groups = []
-    for model in exp["models"]:
+    for model, optimizer in trained_pairs(exp):
         tokens = canonical(_per(exp["tokens"], model))
-        for optimizer in exp["optimizers"]:
-            lrs = tuple(sorted({canonical(lr) for lr in lr_list(exp, model, optimizer)}, key=float))
-            for batch in _per(exp["batch_sizes"], model, optimizer):
-                groups.append(Group(name, model, tokens, optimizer, int(batch), lrs))
+        lrs = tuple(sorted({canonical(lr) for lr in lr_list(exp, model, optimizer)}, key=float))
+        for batch in batch_list(exp, model, optimizer):
+            groups.append(Group(name, model, tokens, optimizer, int(batch), lrs))
     return groups
 
 
@@ -128,7 +157,7 @@ def tuning_owners(config):
 def group_expectation(config, group):
     """What the collect step checks a tuned group's runs against: its tuning spec, and the settings its cells
     share (expected_settings adds each cell's lr and seed)."""
-    return {"spec": tuning_spec(config, group),
+    return {"spec": {**tuning_spec(config, group), "second_look_seeds": second_look_seeds(config)},
             "settings": cell_config(config, group.model, group.tokens, group.optimizer, group.batch, "1", 0)}
 
 

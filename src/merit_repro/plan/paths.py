@@ -4,7 +4,8 @@ artifacts and the tracker all ask here.
     results/data/<corpus>/                          prepared corpora (meta.json, train.bin, val.bin)
     results/runs/<model>/<tokens>/<optimizer>/bs<batch>/lr<lr>/seed<seed>/
                                                     one training cell: RUN_FILES, train.log, ckpt.pt, model.pt
-    results/tuning/<experiment>/<model>/<optimizer>/bs<batch>/round<k>.json, final.json
+    results/tuning/<experiment>/<model>/<optimizer>/bs<batch>/round<k>.json, final.json (, looked.json)
+    results/tuning/_second_look.json                with second_look_seeds: the first look's verdicts
     results/zeroshot/<experiment>/<model>/<optimizer>/bs<batch>.json, results/zeroshot_tasks/
     results/tables/{runs,cells,best_lr}.csv         what the report reads
     results/logs/, results/benchmarks/, results/bundle/
@@ -21,6 +22,7 @@ RUN_FILES = (SUMMARY, *VOUCHED)   # a finished run; the train rule declares them
 RUN_LOGS = ("train.log",)   # kept with a run in bundles, not declared
 RUNS, TUNING, TABLES, DATA, ZEROSHOT = "runs", "tuning", "tables", "data", "zeroshot"
 TABLE_FILES = ("runs.csv", "cells.csv", "best_lr.csv")
+SECOND_LOOK = "_second_look.json"   # under tuning/ ('_': no experiment's name)
 
 
 def cell_path(model, tokens, optimizer, batch, lr, seed):
@@ -52,6 +54,16 @@ def tuning_round(results, experiment, model, optimizer, batch, round_):
 
 def tuning_final(results, experiment, model, optimizer, batch):
     return f"{tuning_dir(results, experiment, model, optimizer, batch)}/final.json"
+
+
+def tuning_looked(results, experiment, model, optimizer, batch):
+    """A tuned group's final decision with the cells of the second look at its claim seeds, if any."""
+    return f"{tuning_dir(results, experiment, model, optimizer, batch)}/looked.json"
+
+
+def second_look(results):
+    """The first look's verdicts and the groups it sends to a second look."""
+    return f"{results}/{TUNING}/{SECOND_LOOK}"
 
 
 def zeroshot_file(results, experiment, model, optimizer, batch):

@@ -33,13 +33,16 @@ import statistics
 import sys
 from pathlib import Path
 
-from merit_repro.plan.records import read_summary
+from merit_repro.plan.records import DECISION_TYPES, LOOK_TYPES, read_summary, read_typed
 from merit_repro.utils import UserError, cli
 
 # The metric the best LR minimises: the one result that more tuning can only improve at a grid edge.
 SELECTION_METRIC = "final_val_loss"
 
 ORIGIN_CONFIGURED = "configured"
+# Seeds that report: the claim seeds, and those a second look adds at the same first-choice LR (report.looks)
+CLAIM, SECOND_LOOK = "claim", "second look"
+REPORTING = (CLAIM, SECOND_LOOK)
 
 
 def canonical(x):
@@ -144,7 +147,7 @@ def annotate(spec, record):
     def origin(lr, seed):
         lr_origin = ORIGIN_CONFIGURED if lr in spec["lrs"] else f"extension {record['extensions'].index(lr) + 1}"
         return {"lr": lr, "seed": seed, "lr_origin": lr_origin,
-                "seed_origin": "grid" if seed in spec["grid_seeds"] else "claim"}
+                "seed_origin": "grid" if seed in spec["grid_seeds"] else CLAIM}
     return {**record, "group": spec["group"], "cells": [origin(lr, seed) for lr, seed in record["cells"]]}
 
 
@@ -162,14 +165,8 @@ def read_results(run_dirs):
 
 def read_decision(path):
     """A tuning round's or final decision as a dict, or a UserError naming the file and the fix."""
-    try:
-        decision = json.loads(Path(path).read_text())
-        if not isinstance(decision, dict) or not {"cells", "done"} <= set(decision):
-            raise ValueError("it is not a tuning decision of merit_repro.plan.tuning")
-    except (ValueError, UnicodeDecodeError, FileNotFoundError) as err:
-        raise UserError(f"{path} cannot be read as a tuning decision ({str(err).splitlines()[0][:120]}); delete it "
-                        "and run the workflow again to decide the group again") from None
-    return decision
+    return read_typed(path, DECISION_TYPES, "a tuning decision",
+                      "delete it and run the workflow again to decide the group again")
 
 
 def adopt(decision, group):
@@ -177,6 +174,18 @@ def adopt(decision, group):
     if not decision.get("done"):
         raise ValueError(f"{decision.get('group')}'s round is not its last (done: false)")
     return {**decision, "group": group, "rounds_of": decision["group"]["experiment"]}
+
+
+def with_second_look(decision, look):
+    """A group's final decision with the cells the second look asks of it (look: merit_repro.report.looks's record):
+    each second-look seed at the first-choice LR, never another LR; unchanged when the look sends it none."""
+    group = decision["group"]
+    sent = any(g == group for g in look["groups"]) and decision["best_lr"] is not None
+    have = {(c["lr"], c["seed"]) for c in decision["cells"]}
+    best = next((c for c in decision["cells"] if c["lr"] == decision["best_lr"]), None)
+    added = [{"lr": decision["best_lr"], "seed": seed, "lr_origin": best["lr_origin"], "seed_origin": SECOND_LOOK}
+             for seed in look["seeds"] if sent and (decision["best_lr"], seed) not in have]
+    return {**decision, "cells": decision["cells"] + added, "second_look": [c["seed"] for c in added]}
 
 
 def write_json(path, record):
@@ -201,6 +210,15 @@ def write_final(last_round, group, out):
     return f"{group}: the decision of {last_round}"
 
 
+def write_looked(final, look, out):
+    """A group's final decision with its second-look cells -> out."""
+    record = read_typed(look, LOOK_TYPES, "the first look at the claim seeds",
+                        "delete it and run the workflow again to look again")   # as report.second_look reads it
+    decision = with_second_look(read_decision(final), record)
+    write_json(out, decision)
+    return f"{decision['group']}: second-look seeds {decision['second_look'] or 'none'}"
+
+
 @cli
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m merit_repro.plan.tuning", description=__doc__,
@@ -208,11 +226,16 @@ def main(argv=None):
     parser.add_argument("--spec", help="JSON: the group's spec plus 'runs': [[lr, seed, run_dir], ...]")
     parser.add_argument("--adopt", type=Path, help="a last round (done): write it as the final decision of --group")
     parser.add_argument("--group", help="JSON: the group adopting --adopt's decision")
+    parser.add_argument("--final", type=Path, help="a final decision: write it with --second-look's cells added")
+    parser.add_argument("--second-look", type=Path, help="the first look's record (merit_repro.report.looks)")
     parser.add_argument("--out", required=True, type=Path)
     args = parser.parse_args(argv)
-    if bool(args.adopt) != bool(args.group) or bool(args.adopt) == bool(args.spec):
-        parser.error("give --spec, or --adopt with --group")
-    if args.adopt:
+    modes = [bool(args.spec), bool(args.adopt and args.group), bool(args.final and args.second_look)]
+    if sum(modes) != 1 or bool(args.adopt) != bool(args.group) or bool(args.final) != bool(args.second_look):
+        parser.error("give --spec, or --adopt with --group, or --final with --second-look")
+    if args.final:
+        print(write_looked(args.final, args.second_look, args.out))
+    elif args.adopt:
         print(write_final(args.adopt, json.loads(args.group), args.out))
     else:
         print(write_round(json.loads(args.spec), args.out))

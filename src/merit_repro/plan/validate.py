@@ -28,6 +28,8 @@ from .grid import (
     experiment_cells,
     grid_seeds,
     lr_list,
+    second_look_seeds,
+    trained_pairs,
     zeroshot_settings,
 )
 
@@ -44,6 +46,15 @@ def lr_grid_problems(exp, where, model, optimizer):
         return [f"{path}={lrs!r} must be a non-empty list of learning rates"]
     return [f"{path}[{i}]={lr!r} must be a number > 0" for i, lr in enumerate(lrs)
             if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0]
+
+
+def batch_problems(exp, where):
+    """Batch sizes given per model and then per optimizer under a name that is not one of the experiment's
+    optimizers (a misspelt one would train nothing, silently)."""
+    return [f"{where}.batch_sizes.{model}.{opt}: {opt!r} is not one of the experiment's optimizers "
+            f"({', '.join(exp['optimizers'])})"
+            for model, per in (exp["batch_sizes"].items() if isinstance(exp["batch_sizes"], dict) else ())
+            if isinstance(per, dict) for opt in per if opt not in exp["optimizers"]]
 
 
 def key_path(config, cell, key):
@@ -184,6 +195,10 @@ def experiment_problems(config, name, exp):
                         "report it (its mean would be biased low): give claim_seeds other seeds than seeds")
     if not claim_seeds(config, name):
         problems.append(f"{where}: claim_seeds is empty; every best LR needs at least one seed to report it")
+    looked = sorted(set(second_look_seeds(config)) & (set(grid_seeds(config, name)) | set(claim_seeds(config, name))))
+    if looked:
+        problems.append(f"second_look_seeds: {looked} are also seeds or claim seeds of experiment {name}; a second "
+                        "look adds seeds the first did not have: give it other seeds")
     for artifact in exp.get("artifacts", []):
         if artifact not in ARTIFACTS:
             problems.append(f"{where}.artifacts: {artifact!r} is unknown; known artifacts: {', '.join(ARTIFACTS)}")
@@ -193,11 +208,15 @@ def experiment_problems(config, name, exp):
 def grid_problems(config, name, exp, reported):
     """An experiment's LR grids (each list, equal density) and every setting of every cell they make."""
     where = f"experiments.{name}"
-    problems = [p for model in exp["models"] for opt in exp["optimizers"] for p in lr_grid_problems(exp, where, model, opt)]
+    try:
+        pairs = trained_pairs(exp)
+    except KeyError as err:
+        return [f"{where}: no value for {err.args[0]} in tokens/batch_sizes (dict keyed by model or optimizer)"]
+    problems = batch_problems(exp, where) + [p for m, opt in pairs for p in lr_grid_problems(exp, where, m, opt)]
     if problems:
         return problems
     for model in exp["models"]:
-        sizes = {opt: len(lr_list(exp, model, opt)) for opt in exp["optimizers"]}
+        sizes = {opt: len(lr_list(exp, model, opt)) for m, opt in pairs if m == model}
         if len(set(sizes.values())) > 1 and not exp.get("allow_unequal_lr_grids", False):
             problems.append(f"{where}.lr_grid: optimizers get grids of different density {sizes}; give every "
                             "optimizer the same number of LRs (fair tuning) or set allow_unequal_lr_grids: true")

@@ -29,15 +29,15 @@ import yaml
 
 from merit_repro.config import configfiles, optimizer_sources
 from merit_repro.plan import paths
-from merit_repro.plan.records import fingerprint
+from merit_repro.plan.records import fingerprint, record_problems
 from merit_repro.utils import UserError, cli, sha256_bytes
 
 SCHEMA_VERSION = 1
 MANIFEST = "MANIFEST.json"
 CONFIG = "config.yaml"
 # Where and how the workflow runs, not what it computes: a rebuild may set these differently.
-NOT_IDENTITY = ("results", "figures", "bundle", "bundle_name", "tracking", "max_job_minutes", "signal_lead_seconds",
-                "gpus_per_node", "cores_per_gpu", "mem_mb_per_gpu")   # where it ran and how its jobs were sized
+NOT_IDENTITY = ("results", "figures", "adopt_folders", "bundle", "bundle_name", "tracking", "max_job_minutes",
+                "signal_lead_seconds", "gpus_per_node", "cores_per_gpu", "mem_mb_per_gpu")   # where it ran, job sizes
 ORIGIN = "origin"   # the bundle's own tables, manifest and config, under the rebuild's results folder
 
 
@@ -63,9 +63,12 @@ def member_paths(results, decisions):
     results = Path(results)
     members = {p.relative_to(results) for p in (results / paths.TABLES).glob("*.csv")}
     members |= {p.relative_to(results) for p in (results / paths.ZEROSHOT).rglob("*.json")}   # Table 1's scores
-    for final, decision in decisions.items():
+    for final, decision in decisions.items():   # final.json, or looked.json with the second look's cells
         group = Path(final)
-        members |= {p.relative_to(results) for p in [group, *group.parent.glob("round*.json")]}
+        members |= {p.relative_to(results) for p in [group, *group.parent.glob("round*.json"),
+                                                     *group.parent.glob("final.json")]}
+        if decision.get("second_look") is not None:
+            members.add(Path(paths.second_look(results)).relative_to(results))
         g = decision["group"]
         for c in decision["cells"]:
             run = Path(paths.run_dir(results, g["model"], g["tokens"], g["optimizer"], g["batch"], c["lr"], c["seed"]))
@@ -97,9 +100,18 @@ def create(out, results, decisions, corpora, config, commit, lock_file):
 
 
 def write_tar(out, files):
-    """A gzipped tar of {name: bytes}, byte-for-byte the same for the same files; written atomically."""
+    """A gzipped tar of {name: bytes}, byte-for-byte the same for the same files; written atomically. A failed
+    write (a full disk) is a UserError naming out, and leaves neither out nor a temporary file."""
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        _write_tar_atomically(out, files)
+    except OSError as err:
+        raise UserError(f"cannot write the bundle {out}: {err.strerror or err}; free space there (or set results "
+                        "elsewhere) and make it again; nothing was left at that path") from None
+
+
+def _write_tar_atomically(out, files):
     fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
     try:
         with os.fdopen(fd, "wb") as raw:
@@ -128,7 +140,8 @@ _SEGMENT = r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}"
 MEMBER_PATTERNS = [re.compile(p) for p in (
     rf"{paths.RUNS}/{_SEGMENT}/{_SEGMENT}/{_SEGMENT}/bs{_SEGMENT}/lr{_SEGMENT}/seed{_SEGMENT}/"
     rf"({'|'.join(re.escape(n) for n in paths.RUN_FILES + paths.RUN_LOGS)})",
-    rf"{paths.TUNING}/{_SEGMENT}/{_SEGMENT}/{_SEGMENT}/bs{_SEGMENT}/(round[0-9]{{1,4}}|final)\.json",
+    rf"{paths.TUNING}/{_SEGMENT}/{_SEGMENT}/{_SEGMENT}/bs{_SEGMENT}/(round[0-9]{{1,4}}|final|looked)\.json",
+    rf"{paths.TUNING}/{re.escape(paths.SECOND_LOOK)}",
     rf"{paths.ZEROSHOT}/{_SEGMENT}/{_SEGMENT}/{_SEGMENT}/bs{_SEGMENT}\.json",
     rf"{paths.TABLES}/{_SEGMENT}\.csv",
     rf"{paths.DATA}/{_SEGMENT}/meta\.json",
@@ -137,6 +150,11 @@ MAX_MANIFEST_BYTES = 64 * 2 ** 20
 MAX_MEMBER_BYTES = 2 ** 30   # a paper-scale run's mal.csv is tens of MB; a member this large is not a run file
 MAX_BUNDLE_BYTES = 2 ** 32   # all members together (a paper-scale bundle: under 1 GB before gzip), held in memory
 MAX_HEADER_BYTES = 2 ** 20   # a long name or PAX header: tarfile reads its whole body while listing the members
+# gzip gains 2-4x on a bundle's CSV, JSON and logs (a demo bundle's run files: 2-4x), a run's diagnostics.csv of
+# repeated names and zeros perhaps 30x; DEFLATE's ceiling, ~1000x, takes runs of one byte. Members adding up to more
+# than this many times the bundle's own size are a decompression bomb, not results: refused from their headers.
+MAX_EXPANSION = 200
+MAX_CONFIG_DEPTH = 64   # lists and mappings in a config (a real one: under 10); deeper ones overflow the YAML dumper
 
 
 class _CappedTarInfo(tarfile.TarInfo):
@@ -180,6 +198,8 @@ def _manifest_problems(manifest):
             out.append(f"its files add up to more than {MAX_BUNDLE_BYTES:,} bytes, more than any results bundle")
     if not isinstance(manifest.get("config"), dict):
         out.append("'config' is not a mapping")
+    elif _nests_deeper(manifest["config"], MAX_CONFIG_DEPTH):
+        out.append(f"'config' nests more than {MAX_CONFIG_DEPTH} lists and mappings deep, deeper than any config")
     data = manifest.get("data", {})
     if not isinstance(data, dict) or not all(
             isinstance(k, str) and isinstance(v, str) and re.fullmatch(rf"{paths.DATA}/{_SEGMENT}", k)
@@ -190,6 +210,14 @@ def _manifest_problems(manifest):
     return out
 
 
+def _nests_deeper(value, levels):
+    """Whether value nests more than levels lists and mappings deep (never recursing past levels)."""
+    if not isinstance(value, (dict, list)):
+        return False
+    items = value.values() if isinstance(value, dict) else value
+    return levels == 0 or any(_nests_deeper(item, levels - 1) for item in items)
+
+
 def _read_manifest(path, tar, info):
     if info is None:
         raise UserError(f"{path} has no {MANIFEST}: it is not a results bundle of this project")
@@ -198,8 +226,8 @@ def _read_manifest(path, tar, info):
                         f"({MAX_MANIFEST_BYTES:,}); it is not a results bundle of this project")
     try:
         manifest = json.loads(tar.extractfile(info).read())
-    except ValueError as err:
-        raise UserError(f"{path}: its {MANIFEST} cannot be read ({err})") from None
+    except (ValueError, RecursionError) as err:   # RecursionError: lists or objects nested thousands deep
+        raise UserError(f"{path}: its {MANIFEST} cannot be read ({str(err)[:120]})") from None
     schema = manifest.get("schema") if isinstance(manifest, dict) else None
     if schema != SCHEMA_VERSION:
         commit = manifest.get("commit") if isinstance(manifest, dict) else None
@@ -211,17 +239,34 @@ def _read_manifest(path, tar, info):
     return manifest
 
 
+def _headers(path, tar):
+    """The members' headers (long ones refused), refused as soon as their sizes add up past MAX_EXPANSION times the
+    bundle's size or MAX_BUNDLE_BYTES: before the data of the member that passes it is read or skipped over."""
+    size = path.stat().st_size
+    budget = min(MAX_BUNDLE_BYTES, MAX_EXPANSION * size)
+    members, total = [], 0
+    for info in tar:
+        total += info.size
+        if total > budget:
+            raise UserError(f"{path} is not a results bundle: its members add up to more than {budget:,} bytes (at "
+                            f"most {MAX_EXPANSION}x its own {size:,}, and {MAX_BUNDLE_BYTES:,} in all): a "
+                            "decompression bomb, not results; nothing was extracted from it")
+        members.append(info)
+    return members
+
+
 def read(path):
     """(manifest, {name: bytes}) of the bundle at path. Only members a bundle is made of are read (is_member),
     each after its tar header's size matches the manifest's, then checked against its sha256; the config member
-    must be the manifest's config. A UserError names every problem otherwise, before anything is used."""
+    must be the manifest's config; then the records the report reads must hold values of the kinds it reads
+    (merit_repro.plan.records). A UserError names every problem otherwise, before anything is used."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"bundle {path} does not exist; make one with `snakemake --cores 1 bundle`")
     files, bad = {}, []
     try:
         with tarfile.open(path, mode="r:gz", tarinfo=_CappedTarInfo) as tar:
-            members = tar.getmembers()   # headers only (long ones refused): no member's data is read yet
+            members = _headers(path, tar)   # no member's data is read yet
             manifest = _read_manifest(path, tar, next((m for m in members if m.name == MANIFEST), None))
             listed = manifest["files"]
             seen = Counter(m.name for m in members)
@@ -259,7 +304,21 @@ def read(path):
     if bad:
         more = f" (the first 20 of {len(bad)})" if len(bad) > 20 else ""
         raise UserError(f"{path} does not verify, so nothing is taken from it{more}: " + "; ".join(bad[:20]))
+    check_records(path, files)
     return manifest, files
+
+
+def check_records(path, files):
+    """UserError naming every record of a verified bundle whose values are not of the kinds the rebuild reads (a
+    list as an LR, a string as a loss): its hashes vouch only that they are the sender's files."""
+    bad = [f"{name}: {', '.join(problems[:4])}" for name, data in sorted(files.items())
+           if (problems := record_problems(name, data))]
+    if bad:
+        more = f" (the first 10 of {len(bad)})" if len(bad) > 10 else ""
+        raise UserError(f"{path} verifies, but its records hold values of other kinds than this version's runs and "
+                        f"tuning decisions{more}, so nothing is taken from it: " + "; ".join(bad[:10]) + ". Ask its "
+                        "sender for a bundle that `snakemake bundle` made, or inspect it with the project at its "
+                        "commit")
 
 
 def config_text(config):
@@ -340,6 +399,12 @@ def destination(name, corpora):
     return name
 
 
+def blocking(targets, into):
+    """What stops files being written at targets under into: a file where a folder goes, a folder where a file goes."""
+    folders = {p for t in targets for p in t.parents if p.is_relative_to(into)}
+    return sorted({str(p) for p in folders if p.exists() and not p.is_dir()} | {str(t) for t in targets if t.is_dir()})
+
+
 def unpack(path, into, corpora=True):
     """Write the bundle's files under into (see destination); a file already there with other content is
     never overwritten: UserError naming them, before anything is written. Returns (written, already there)."""
@@ -347,6 +412,11 @@ def unpack(path, into, corpora=True):
     files[MANIFEST] = (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode()
     into = Path(into)
     plan = {into / dest: data for name, data in files.items() if (dest := destination(name, corpora))}
+    in_the_way = blocking(plan, into)
+    if in_the_way:
+        raise UserError(f"{len(in_the_way)} path(s) under {into} are in the way of the bundle's files (a file where "
+                        "a folder goes, or a folder where a file goes): " + ", ".join(in_the_way[:10])
+                        + "; move them away or unpack into another folder")
     clashes = [str(p) for p, data in plan.items() if p.is_file() and p.read_bytes() != data]
     if clashes:
         raise UserError(f"{len(clashes)} file(s) under {into} differ from the bundle's and are not overwritten: "
@@ -406,21 +476,11 @@ def audit(results):
 # ---------------------------------------------------------------- what one holds
 
 
-def _json_object(name, data):
-    try:
-        found = json.loads(data)
-    except ValueError as err:
-        raise UserError(f"the bundle's {name} is not JSON ({err}); the run that wrote it is damaged") from None
-    if not isinstance(found, dict):
-        raise UserError(f"the bundle's {name} is a {type(found).__name__}, not a run summary")
-    return found
-
-
 def describe(manifest, files):
-    """Lines saying what a verified bundle holds."""
-    runs = {name.rsplit("/", 1)[0]: _json_object(name, data) for name, data in files.items()
+    """Lines saying what a verified bundle holds (read checked its summaries' kinds)."""
+    runs = {name.rsplit("/", 1)[0]: json.loads(data) for name, data in files.items()
             if name.startswith("runs/") and name.endswith("/summary.json")}
-    cells = [c if isinstance(c := summary.get("config"), dict) else {} for summary in runs.values()]
+    cells = [summary["config"] for summary in runs.values()]
     size = sum(len(d) for d in files.values())
 
     def values(key):

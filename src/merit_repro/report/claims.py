@@ -62,6 +62,8 @@ PAPER, ADDED = "paper", "added by the config"
 TOO_FEW, WITHIN, EDGE, DIVERGED, MISSING, NON_FINITE, HOLM, MIXED = (
     "too few seeds", "within margin", "tuning failure: grid edge", "tuning failure: diverged", "missing",
     "non-finite value", "not after Holm's correction", "settings disagree: held in some, equivalent in others")
+# Why a statement stays undecided that more claim seeds could decide (a second look's seeds go to its groups)
+SEED_LIMITED = (TOO_FEW, WITHIN, HOLM)
 # What a verdict is about: the optimizers, or only the LRs their grids chose, where a choice was a close call.
 ABOUT_OPTIMIZERS, AT_CHOSEN_LRS = "the optimizers", "at the chosen LRs"
 PAIRED, WELCH, ONE_SAMPLE = "paired t", "Welch t (Hsu df)", "one-sample t"
@@ -96,12 +98,15 @@ class Stats:
     tolerance: float
     tolerances: dict = field(default_factory=dict)
     lr_choice_noise: float | None = None   # report.lr_choice_noise (Context.rivals)
+    looks: int = 1              # 2 with a second look of claim seeds: alpha is each look's share of the report's
 
     @classmethod
-    def from_report(cls, report):
-        return cls(float(report["alpha"]), float(report["tolerance"]),
+    def from_report(cls, report, looks=1):
+        """The report block's stats; with two looks at the claim seeds, each look tests at half its alpha (a union
+        bound: a verdict is false at either look with probability at most alpha, whatever the looks share)."""
+        return cls(float(report["alpha"]) / looks, float(report["tolerance"]),
                    {k: float(v) for k, v in (report.get("tolerances") or {}).items()},
-                   float(report["lr_choice_noise"]))
+                   float(report["lr_choice_noise"]), looks)
 
     def of(self, metric):
         """These stats with the metric's own tolerance."""
@@ -123,6 +128,7 @@ class Estimate:
     setting: tuple | None = None   # (model, batch): runs at one seed share initialisation and batch order there
     metric: str | None = None   # what it measures: an edge moves only the metric tuning selects on one way
     rivals: tuple = ()          # grid LRs whose grid-seed result is within the seed noise of the chosen one's
+    group: tuple | None = None  # (model, optimizer, batch): the tuned group whose claim seeds it reads
 
     @property
     def missing(self):
@@ -162,16 +168,16 @@ class Estimate:
         return f"{self.label} {self.mean:.{digits}f}{spread} (n={self.n}{edge})"
 
 
-def of_values(label, values, setting=None, at_edge=False, lr=None, metric=None, rivals=()):
+def of_values(label, values, setting=None, at_edge=False, lr=None, metric=None, rivals=(), group=None):
     """An estimate from its claim seeds' values ({seed: value}); a non-finite value at any seed makes it
     a non-finite estimate (never dropped), said with its count."""
     xs = list(values.values())
     bad = [s for s, x in values.items() if not math.isfinite(x)]
     if bad:
         return Estimate(label, math.inf, at_edge=at_edge, lr=lr, failure=NON_FINITE, metric=metric, rivals=rivals,
-                        inf_text=f"non-finite at {len(bad)} of {len(xs)} claim seeds (seeds {', '.join(map(str, bad))})")
+                        group=group, inf_text=f"non-finite at {len(bad)} of {len(xs)} claim seeds (seeds {', '.join(map(str, bad))})")
     return Estimate(label, sum(xs) / len(xs), _sd(xs), len(xs), at_edge, lr, values=dict(values), setting=setting,
-                    metric=metric, rivals=rivals)
+                    metric=metric, rivals=rivals, group=group)
 
 
 @dataclass
@@ -540,6 +546,16 @@ class Statement:
         judged = [r for r in self.rows if r.verdict not in (NOT_TESTED, DESCRIPTIVE)]
         return AT_CHOSEN_LRS if any(r.close_calls() for r in judged) else ABOUT_OPTIMIZERS
 
+    def needs_seeds(self):
+        """The groups (model, optimizer, batch) behind every term of an undecided statement that more claim seeds
+        could decide (a setting inconclusive for want of seeds), or none: a second look trains them all, so
+        that its test of the statement reads the same seeds in every term, as if the look had been certain."""
+        if self.result != INCONCLUSIVE or not any(r.why in SEED_LIMITED for r in self.rows):
+            return []
+        judged = [r for r in self.rows if r.verdict not in (NOT_TESTED, DESCRIPTIVE)]
+        return sorted({e.group for r in judged for c in (r.comparison.subject, r.comparison.reference)
+                       for _, e in c.leaves() if e.n and e.group}, key=repr)
+
     def test_key(self):
         """The test's identity: the same comparisons of the same numbers, whichever artifact states them and however
         it names the setting (mal_tables' "M" is mal_vs_step's "M, layers 1-4"): the summary's Benjamini–Hochberg
@@ -553,6 +569,7 @@ class Statement:
         return _json_safe({"claim": self.claim, "kind": self.kind, "origin": self.origin, "result": self.result,
                            "why": self.why, "about": self.about if self.result in DECIDED else "",
                            "p_value": self.p_value, "settings": len(self.rows), "test_key": self.test_key(),
+                           "needs_seeds": [list(g) for g in self.needs_seeds()],
                            "where": where[0] if len(where) == 1 else f"{len(where)} settings",
                            "reasons": self.reasons()})
 

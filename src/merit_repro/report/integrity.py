@@ -8,6 +8,7 @@ otherwise one error names every bad run and how to retrain it.
 from pathlib import Path
 
 from merit_repro.plan.records import cell_fingerprints, file_problems, read_summary
+from merit_repro.plan.tuning import SECOND_LOOK
 from merit_repro.utils import UserError
 
 
@@ -46,11 +47,14 @@ def decision_problems(decision, spec):
     if len(extensions) > spec["max_extensions"]:
         problems.append(f"its decision has {len(extensions)} grid extensions, more than max_extensions="
                         f"{spec['max_extensions']}")
-    lrs, seeds = set(spec["lrs"]) | set(extensions), set(spec["grid_seeds"]) | set(spec["claim_seeds"])
+    lrs = set(spec["lrs"]) | set(extensions)
+    seeds = set(spec["grid_seeds"]) | set(spec["claim_seeds"]) | set(spec.get("second_look_seeds", []))
     for cell in decision.get("cells", []):
         if cell["lr"] not in lrs or cell["seed"] not in seeds:
             problems.append(f"it kept lr {cell['lr']} seed {cell['seed']}, which is not in its grid "
                             f"{sorted(lrs, key=float)} x seeds {sorted(seeds)}")
+        elif cell.get("seed_origin") == SECOND_LOOK and cell["lr"] != decision.get("best_lr"):
+            problems.append(f"its second look trained lr {cell['lr']}, not its chosen LR {decision.get('best_lr')}")
     return problems
 
 

@@ -12,26 +12,19 @@ import pandas as pd
 
 from merit_repro.plan.cell import result_settings
 from merit_repro.plan.grid import Cell, expected_settings
+from merit_repro.plan.tuning import REPORTING
 
 from .integrity import check_runs
+from .mal import MAL_LEVELS, mal_phases
 
 RUN_COLUMNS = ["model", "tokens", "optimizer", "batch", "lr", "seed", "run_dir", "status", "final_val_loss",
                "best_val_loss", "steps", "lambada_ppl", "lambada_acc", "peak_mal", "peak_mal_layer", "peak_mal_step",
-               "n_layers", "n_layers_mal_over_threshold", "loss_spikes", "tokens_per_s", "train_seconds"]
+               "n_layers", "n_layers_mal_over_threshold", "loss_spikes", "tokens_per_s", "train_seconds",
+               "mal_first_quarter_max", "mal_last_quarter_mean", *(f"n_layers_peak_mal_over_{v:g}" for v in MAL_LEVELS)]
 GROUP_COLUMNS = ["experiment", "model", "tokens", "optimizer", "batch"]
 CELL_COLUMNS = ["model", "tokens", "optimizer", "batch", "lr", "seed"]
 # Run metrics aggregated over the seeds at a group's best LR (mean, and std as "<metric>_std").
 AGGREGATED = ["final_val_loss", "best_val_loss", "lambada_ppl", "lambada_acc", "peak_mal", "n_layers_mal_over_threshold", "loss_spikes"]
-
-
-def mal_by_layer(mal):
-    """Per layer: the max over heads and steps of the MAL (mal: DataFrame of mal.csv)."""
-    return mal.groupby("layer")["mal"].max()
-
-
-def spikes_kept(mal):
-    """mal.csv with each non-finite logit as +inf: the largest spike of all, never dropped from a peak."""
-    return mal.assign(mal=mal["mal"].where(~mal["mal"].isna() & ~np.isneginf(mal["mal"]), np.inf))
 
 
 def summarise_run(run_dir, coords, mal_threshold, results=None):
@@ -46,12 +39,9 @@ def summarise_run(run_dir, coords, mal_threshold, results=None):
                lambada_ppl=evaluation.get("lambada_ppl"), lambada_acc=evaluation.get("lambada_acc"),
                loss_spikes=summary.get("loss_spikes"), tokens_per_s=summary["tokens_per_s"],
                train_seconds=summary["train_seconds"])
-    values = spikes_kept(mal)
-    if len(values):
-        peak = values.loc[values["mal"].idxmax()]
-        per_layer = mal_by_layer(values)
-        row.update(peak_mal=float(peak["mal"]), peak_mal_layer=int(peak["layer"]), peak_mal_step=int(peak["step"]),
-                   n_layers=int(mal["layer"].max()), n_layers_mal_over_threshold=int((per_layer > mal_threshold).sum()))
+    if len(mal):
+        per_layer, run = mal_phases(mal, summary["planned_steps"])
+        row.update(run, n_layers_mal_over_threshold=int((per_layer["peak"] > mal_threshold).sum()))
     return row
 
 
@@ -116,7 +106,7 @@ def best_lr_table(decisions, runs):
                    extensions=" ".join(d["extensions"]), n_diverged=sum(len(r["diverged_seeds"]) for r in d["table"]),
                    grid=_grid_text(d))
         if d["best_lr"] is not None:
-            seeds = [c["seed"] for c in d["cells"] if c["lr"] == d["best_lr"] and c["seed_origin"] == "claim"]
+            seeds = [c["seed"] for c in d["cells"] if c["lr"] == d["best_lr"] and c["seed_origin"] in REPORTING]
             at_best = runs[(runs.model == g["model"]) & (runs.tokens == str(g["tokens"]))
                            & (runs.optimizer == g["optimizer"]) & (runs.batch == int(g["batch"]))
                            & (runs.lr == d["best_lr"]) & runs.seed.isin(seeds)]

@@ -18,11 +18,13 @@ from merit_repro.report.tables import write_table
 from .ablation import ablation
 from .context import Context
 from .headline import headline
+from . import looks
 from .index import protocol, protocol_summary, write_index
 from .llama_c4 import llama_c4
 from .loss_curves import loss_curves
 from .lr_sensitivity import lr_sensitivity
 from .mal_tables import mal_tables
+from .mal_vs_lr import mal_vs_lr, mechanism
 from .mal_vs_step import mal_vs_step
 from .qknorm import qknorm
 from .steps_to_target import steps_to_target
@@ -30,29 +32,39 @@ from .val_loss import lambada_ppl_vs_batch, val_loss_vs_batch
 from .zeroshot import zeroshot
 
 ARTIFACT_FUNCTIONS = {f.__name__: f for f in (val_loss_vs_batch, lambada_ppl_vs_batch, headline, steps_to_target,
-                                               lr_sensitivity, mal_vs_step, mal_tables, loss_curves, ablation, qknorm,
-                                               llama_c4, zeroshot)}
+                                               lr_sensitivity, mal_vs_step, mal_tables, mal_vs_lr, loss_curves,
+                                               ablation, qknorm, llama_c4, zeroshot)}
+# Lines an artifact derives from its statements' final verdicts (after a second look too): {artifact: recap}
+ARTIFACT_RECAPS = {"mal_vs_lr": mechanism}
 
 __all__ = ["ARTIFACT_FUNCTIONS", "load_context", "make", "write_index"]
 
 
-def load_context(experiment, config, runs_csv, cells_csv, best_csv, paper_csv):
+def load_context(experiment, config, runs_csv, cells_csv, best_csv, paper_csv, results=None, drawing=True):
+    """One experiment's Context from the tables; results: the folder runs.csv's run_dirs are under (default: the
+    one the tables are in); drawing: False for statements only."""
     runs = pd.read_csv(runs_csv, dtype={"lr": str, "tokens": str})
-    results = paths.results_of_table(Path(runs_csv).resolve())   # runs.csv's run_dirs are under results/
+    results = Path(results or paths.results_of_table(Path(runs_csv).resolve())).resolve()
     runs["run_dir"] = [str(results / d) for d in runs.run_dir]
     cells = pd.read_csv(cells_csv, dtype={"lr": str, "tokens": str})
     best = pd.read_csv(best_csv, dtype={"lr": str, "tokens": str, "seeds": str})
     keys = ["model", "tokens", "optimizer", "batch", "lr", "seed"]
     mine = cells[cells.experiment == experiment].drop_duplicates(keys).merge(runs, on=keys, how="left")
     return Context(experiment, config, mine, best[best.experiment == experiment].reset_index(drop=True),
-                   pd.read_csv(paper_csv), results)
+                   pd.read_csv(paper_csv), results, drawing)
 
 
-def make(artifact, experiment, config, runs_csv, cells_csv, best_csv, paper_csv, prefix):
+def make(artifact, experiment, config, runs_csv, cells_csv, best_csv, paper_csv, prefix, first_look=None):
+    """first_look: with a second look at the claim seeds, its record (merit_repro.report.looks): the statements it
+    decided, or that no seed could decide, keep its verdicts."""
     ctx = load_context(experiment, config, runs_csv, cells_csv, best_csv, paper_csv)
     prefix = Path(prefix)
     prefix.parent.mkdir(parents=True, exist_ok=True)
     table, verdict = ARTIFACT_FUNCTIONS[artifact](ctx, prefix)
+    if first_look is not None:
+        verdict = looks.settle(verdict, first_look, artifact, experiment, ctx.stats.alpha)
+    if artifact in ARTIFACT_RECAPS:
+        verdict["recap"] = ARTIFACT_RECAPS[artifact](verdict["statements"])
     caption = (f"{verdict['reproduces']} ({experiment}): ours (mean ± std over the claim seeds) beside the paper's "
                f"numbers where the setting is the paper's. {protocol(config)}")
     write_table(table, prefix, caption)

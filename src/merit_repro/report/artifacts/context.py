@@ -17,7 +17,7 @@ import pandas as pd
 from merit_repro.config.configfiles import with_defaults
 from merit_repro.config import optimizer_sources
 from merit_repro.config.registry import OPTIMIZERS
-from merit_repro.plan.grid import grid_seeds
+from merit_repro.plan.grid import grid_seeds, looks
 from merit_repro.plan.tuning import SELECTION_METRIC
 from merit_repro.report.claims import (
     ADDED,
@@ -53,6 +53,7 @@ class Context(PaperNumbers):
     best: pd.DataFrame      # the experiment's groups (best_lr.csv rows)
     paper: pd.DataFrame
     results: Path | None = None   # the results folder the tables are in (per-group files beside them)
+    drawing: bool = True    # False: statements only (the first look at the claim seeds draws nothing)
     _rivals: dict = dataclasses.field(default_factory=dict, repr=False)   # rivals(), once per group
 
     @property
@@ -65,7 +66,7 @@ class Context(PaperNumbers):
 
     @property
     def stats(self):
-        return Stats.from_report(self.report)
+        return Stats.from_report(self.report, looks(self.config))
 
     def optimizers(self):
         return list(self.spec["optimizers"])
@@ -117,11 +118,13 @@ class Context(PaperNumbers):
         runs, rivals = self.seed_runs(model, optimizer, batch), self.rivals(model, optimizer, batch) if choice else ()
         values = {int(s): float(v) for s, v in zip(runs.seed, pd.to_numeric(runs[metric], errors="coerce"))
                   if pd.notna(v)} if metric in runs else {}
+        group = (model, optimizer, int(batch))
         if values:
-            return of_values(label, values, (model, batch), bool(row.at_edge), row.lr, metric, rivals)
+            return of_values(label, values, (model, batch), bool(row.at_edge), row.lr, metric, rivals, group)
         mean, n = row.get(metric), row.get(f"{metric}_n", row.n_seeds)   # a metric of the group only
         return Estimate(label, None if pd.isna(mean) else float(mean), _number(row.get(f"{metric}_std")),
-                        int(n) if pd.notna(n) else 0, bool(row.at_edge), row.lr, metric=metric, rivals=rivals)
+                        int(n) if pd.notna(n) else 0, bool(row.at_edge), row.lr, metric=metric, rivals=rivals,
+                        group=group)
 
     def rivals(self, model, optimizer, batch):
         """The grid LRs whose grid-seed loss is within the seed noise of the chosen LR's (report.lr_choice_noise
@@ -263,6 +266,8 @@ class Context(PaperNumbers):
         return out
 
     def figure(self, panels, prefix, suptitle):
+        if not self.drawing:
+            return
         report = self.report
         fig = draw(panels, report["figure_width"], report["figure_height"], suptitle,
                    colors={opt: color for opt, (_, color) in self.styles.items()})
@@ -280,7 +285,7 @@ def log_of(e):
     if not e.values:
         return e
     return of_values(f"log {e.label}", {s: math.log(v) if v > 0 else -math.inf for s, v in e.values.items()},
-                     e.setting, e.at_edge, e.lr, e.metric, e.rivals)
+                     e.setting, e.at_edge, e.lr, e.metric, e.rivals, e.group)
 
 
 def _number(value):

@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from merit_repro.config.configfiles import with_defaults
+from merit_repro.plan.grid import looks, second_look_seeds
 from merit_repro.report.claims import AT_CHOSEN_LRS, PAPER, Stats, benjamini_hochberg
 from merit_repro.report.tables import to_markdown
 
@@ -15,7 +16,7 @@ from .paper import budget_only, stands_in
 CLAIM_COLUMNS = ["artifact", "experiment", "claim", "model", "batch", "subject", "reference", "subject_mean",
                  "subject_sd", "subject_n", "reference_mean", "reference_sd", "reference_n", "difference", "margin",
                  "basis", "verdict", "why", "kind", "test", "p_value", "ci_low", "ci_high", "correlation", "subject_lr",
-                 "reference_lr", "se", "df", "tolerance", "tests", "about", "lr_choice", "reason", "origin"]
+                 "reference_lr", "se", "df", "tolerance", "tests", "about", "lr_choice", "reason", "origin", "look"]
 
 
 def claims_table(verdicts):
@@ -23,9 +24,27 @@ def claims_table(verdicts):
     return pd.DataFrame(rows).reindex(columns=CLAIM_COLUMNS)
 
 
+def stats_of(config):
+    return Stats.from_report(with_defaults(config, "report"), looks(config))
+
+
+def looks_text(config, stats):
+    """The second look at the claim seeds, in words (empty with one look)."""
+    if stats.looks == 1:
+        return ""
+    return (f" Two looks at the claim seeds (`second_look_seeds` {', '.join(map(str, second_look_seeds(config)))}): "
+            f"every statement is judged first on the claim seeds, at alpha {stats.alpha:g}, half the report's "
+            f"{stats.alpha * stats.looks:g}; the groups behind a statement left inconclusive for want of seeds (too "
+            "few seeds, within margin, not after Holm's correction) are trained at the second-look seeds too, at the "
+            f"same chosen LR, and that statement is judged again on all of them at alpha {stats.alpha:g}; every "
+            "other keeps its first verdict (`look` 1). A verdict is then false with probability at most "
+            f"{stats.alpha * stats.looks:g} at either look, whatever they share; the zero-shot statements are judged "
+            "once, on the claim seeds their scores cover.")
+
+
 def protocol(config):
     """How a verdict is reached, said once: in the index, beside every table and in the README."""
-    stats = Stats.from_report(with_defaults(config, "report"))
+    stats = stats_of(config)
     tolerances = ", ".join(f"{k} {v:g}" for k, v in stats.tolerances.items())
     return (f"Each LR is chosen once, on the grid seeds ({', '.join(map(str, config.get('seeds', [0])))}), and "
             "reported over other seeds, the claim seeds, trained at that first choice afterwards: no seed both chooses "
@@ -58,16 +77,18 @@ def protocol(config):
             "LR, or claim seeds at the chosen one, with counts), missing, non-finite value; **not tested at this "
             "scale**: the setting cannot test it (the reason is given); **descriptive**: an ordering the paper "
             "prints but does not claim (smaller batches' single runs), computed, not judged. Verdicts use the final "
-            "validation loss; the paper's tables report the best loss reached, tabled as `best-reached`.")
+            "validation loss; the paper's tables report the best loss reached, tabled as `best-reached`."
+            + looks_text(config, stats))
 
 
 def protocol_summary(config):
     """The protocol in one line, for each table's footer (the whole of it is ``protocol``)."""
-    stats = Stats.from_report(with_defaults(config, "report"))
+    stats = stats_of(config)
     return (f"Verdicts: paired t where every term has the same claim seeds, else Welch with Hsu's df; each verdict a "
             f"one-sided test at alpha {stats.alpha:g} in every setting ({1 - 2 * stats.alpha:.0%} intervals); "
             "did-not-hold Holm-corrected over a statement's settings; a tolerance per metric fixed before the runs; "
-            "each LR the grid's first choice on the grid seeds, reported on the claim seeds.")
+            "each LR the grid's first choice on the grid seeds, reported on the claim seeds"
+            + (f"; two looks at the claim seeds, each at alpha {stats.alpha:g}." if stats.looks > 1 else "."))
 
 
 def write_index(verdict_paths, out, config, claims_csv=None):
@@ -105,11 +126,14 @@ def write_index(verdict_paths, out, config, claims_csv=None):
         for s in v["statements"]:
             about = f" ({s['about']})" if s.get("about") == AT_CHOSEN_LRS else ""
             lines.append(f"| {link} | {v['experiment']} | {s['claim']} | {s['where']} | **{s['result']}**{about} |")
-    lines += ["", *summary(verdicts, Stats.from_report(with_defaults(config, "report")).alpha), "",
+    recaps = [line for v in verdicts if v.get("recap") for line in ("", f"**{v['recap']}**")]
+    lines += ["", *summary(verdicts, stats_of(config).alpha), *recaps, "",
               "## Every comparison", "", to_markdown(_compact(table)).rstrip()]
     for v in verdicts:
         stem = f"{v['artifact']}/{v['experiment']}"
         lines += ["", f"## {v['artifact']} — {v['experiment']}", "", f"Reproduces: {v['reproduces']}."]
+        if v.get("recap"):
+            lines += ["", f"**{v['recap']}**"]
         for s in v["statements"]:
             about = f" ({s['about']})" if s.get("about") == AT_CHOSEN_LRS else ""
             lines += ["", f"{s['claim']}: **{s['result']}**{about}.", ""] + [f"- {reason}" for reason in s["reasons"]]

@@ -8,6 +8,7 @@ report, is drawn beside it as a separate marker.
 
 import pandas as pd
 
+from merit_repro.plan.tuning import REPORTING
 from merit_repro.report.figures import Line, Panel
 
 from .context import record
@@ -21,7 +22,7 @@ def lr_sensitivity(ctx, prefix):
     keys = ["model", "optimizer", "batch", "lr", "lr_value", "lr_origin"]
     grid = (runs[runs.seed_origin == "grid"].groupby(keys, as_index=False)
             .agg(grid_seeds=("seed", "count"), n_diverged=("diverged", "sum"), selection_loss=("final_val_loss", "mean")))
-    claim = (runs[runs.seed_origin == "claim"].groupby(keys, as_index=False)
+    claim = (runs[runs.seed_origin.isin(REPORTING)].groupby(keys, as_index=False)
              .agg(claim_seeds=("seed", "count"), claim_diverged=("diverged", "sum"),
                   claim_loss=("final_val_loss", "mean"), claim_loss_std=("final_val_loss", "std")))
     table = grid.merge(claim, on=keys, how="outer")

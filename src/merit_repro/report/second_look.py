@@ -1,0 +1,89 @@
+"""The first of two looks at the claim seeds (``second_look_seeds``): every statement judged on the claim seeds, and
+the groups whose statements it leaves undecided for want of seeds.
+
+Once every group is tuned and its claim seeds trained, the workflow's ``second_look`` checkpoint judges every
+artifact's statements as the report would (``looks.FIRST``, at half the report's alpha) and writes
+results/tuning/_second_look.json: each statement's record, and the groups behind every statement left
+inconclusive for a reason more seeds can change (``claims.SEED_LIMITED``). Each of those groups trains the
+second-look seeds at its first-choice LR (``tuning.with_second_look``); the artifacts then keep the first look's
+verdicts and judge the rest again on all the seeds (``artifacts.looks.settle``). The zero-shot artifact is judged
+once, on the claim seeds its scores cover.
+"""
+
+import json
+import tempfile
+from pathlib import Path
+
+from merit_repro.config.configfiles import with_defaults
+from merit_repro.config.registry import ARTIFACTS
+from merit_repro.plan.grid import experiment_artifacts, second_look_seeds
+from merit_repro.plan.records import LOOK_TYPES, read_typed
+from merit_repro.plan.tuning import write_json
+from merit_repro.report.artifacts import ARTIFACT_FUNCTIONS, load_context
+from merit_repro.report.artifacts.looks import REDO, looked
+from merit_repro.report.claims import Stats
+from merit_repro.report.tables import best_lr_table, runs_table
+from merit_repro.utils import UserError
+
+
+def looked_artifacts(config, name):
+    """The artifacts of an experiment the first look judges: every one but those reading zero-shot scores."""
+    return [a for a in experiment_artifacts(config, name) if not ARTIFACTS[a].needs_zeroshot]
+
+
+def first_look(config, decisions, results, paper_csv, mal_threshold):
+    """The first look's record: {alpha, seeds, statements: {artifact/experiment: [{statement, rows}]}, groups:
+    [the tuned groups (decision["group"]) that train the second-look seeds]}. decisions: the groups' final ones."""
+    runs, cells = runs_table(decisions, results, mal_threshold)
+    best = best_lr_table(decisions, runs)
+    statements = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        tables = {name: Path(tmp) / f"{name}.csv" for name in ("runs", "cells", "best")}
+        for frame, name in ((runs, "runs"), (cells, "cells"), (best, "best")):
+            frame.to_csv(tables[name], index=False)
+        for name in sorted(config["experiments"]):
+            for artifact in looked_artifacts(config, name):
+                ctx = load_context(name, config, tables["runs"], tables["cells"], tables["best"], paper_csv, results,
+                                   drawing=False)
+                _, record = ARTIFACT_FUNCTIONS[artifact](ctx, Path(tmp) / artifact)
+                statements[f"{artifact}/{name}"] = looked(record)
+    wanted = {(key.split("/", 1)[1], *map(str, g)) for key, items in statements.items() for item in items
+              for g in item["statement"]["needs_seeds"]}
+    groups = [d["group"] for d in decisions
+              if (d["group"]["experiment"], d["group"]["model"], d["group"]["optimizer"], str(d["group"]["batch"]))
+              in wanted]
+    alpha = Stats.from_report(with_defaults(config, "report"), looks=2).alpha
+    return {"alpha": alpha, "seeds": second_look_seeds(config), "statements": statements, "groups": groups}
+
+
+def write_first_look(config, decisions, results, paper_csv, mal_threshold, out):
+    """The first look's record -> out; what it decided, in words."""
+    record = first_look(config, decisions, results, paper_csv, mal_threshold)
+    write_json(out, record)
+    judged = [i["statement"] for items in record["statements"].values() for i in items]
+    again = sum(bool(s["needs_seeds"]) for s in judged)
+    return (f"first look at the claim seeds (alpha {record['alpha']:g}): {len(judged) - again} of {len(judged)} "
+            f"statements settled; {again} undecided for want of seeds send {len(record['groups'])} group(s) to the "
+            f"second look (seeds {record['seeds']})")
+
+
+def audit_first_look(config, decisions, results, paper_csv, mal_threshold, path):
+    """Lines saying a bundle's first look (path) is the one its runs give; a UserError naming what differs otherwise:
+    a rebuilt report keeps the first look's verdicts, so they must follow from the runs as the tables must."""
+    theirs = read_first_look(path)
+    ours = json.loads(json.dumps(first_look(config, decisions, results, paper_csv, mal_threshold)))   # as written
+    differ = [f"the statements of {key}" for key in sorted(set(ours["statements"]) | set(theirs["statements"]))
+              if ours["statements"].get(key) != theirs["statements"].get(key)]
+    differ += [f"its {key}" for key in ("alpha", "seeds", "groups") if ours[key] != theirs[key]]
+    if differ:
+        raise UserError(f"the bundle's first look at the claim seeds ({path}) is not the one its runs give: "
+                        f"{'; '.join(differ[:5])} differ. The bundle was changed, or this checkout computes otherwise "
+                        "(compare its commit and lock hash with `inspect`)")
+    judged = sum(len(items) for items in ours["statements"].values())
+    return [f"first look: {judged} statements and the {len(ours['groups'])} group(s) it sent to the second look, "
+            "identical to the bundle's"]
+
+
+def read_first_look(path):
+    """The first look's record, checked as its readers need it (UserError naming the file and the fix)."""
+    return read_typed(path, LOOK_TYPES, "the first look at the claim seeds", REDO)

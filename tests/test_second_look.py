@@ -1,0 +1,157 @@
+"""Two looks at the claim seeds (second_look_seeds): the first look judges every statement on the claim seeds and
+sends the groups behind those undecided for want of seeds to a second look; the report keeps every other verdict as
+the first look decided it, each look at half of alpha."""
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+from run_helpers import tiny_config
+from synthetic import PAPER_NUMBERS, build, steps_for, write_run, write_tables
+from test_report import CLEAR, demo_config, landscape
+
+from merit_repro.plan import grid, tuning
+from merit_repro.plan.validate import validate
+from merit_repro.report.artifacts import make
+from merit_repro.report.artifacts.looks import settle
+from merit_repro.report.integrity import decision_problems
+from merit_repro.report.second_look import first_look
+from merit_repro.utils import UserError
+
+SECOND = [4, 5, 6]
+
+
+def one(items, text, batch):
+    found = [i for i in items if text in i["statement"]["claim"] and i["statement"]["where"].endswith(f"bs{batch}")]
+    assert len(found) == 1, [i["statement"]["claim"] for i in items]
+    return found[0]
+
+
+def statement_of(verdict, text, batch):
+    return one([{"statement": s} for s in verdict["statements"]], text, batch)["statement"]
+
+
+@pytest.fixture(scope="module")
+def looked(tmp_path_factory):
+    """A sweep where MERIT vs AdamW is clear at batch 64 and MERIT vs LAMB is within the claim seeds' noise, taken
+    through both looks as the workflow does."""
+    tmp = tmp_path_factory.mktemp("looks")
+    config = {**demo_config(), "second_look_seeds": SECOND}
+    base = copy.deepcopy(CLEAR)
+    base["merit"][64] = 3.18
+    loss = landscape(base, noise=0.05)
+    build(tmp, config, loss)
+    results = tmp / "results"
+    config["results"] = str(results)
+    finals = [json.loads(p.read_text()) for p in sorted((results / "tuning").rglob("final.json"))]
+    record = first_look(config, finals, str(results), PAPER_NUMBERS, 100)
+    groups = {(g.model, g.optimizer, g.batch): g for g in grid.all_groups(config).values()}
+    decisions = [tuning.with_second_look(d, record) for d in finals]
+    for d in decisions:
+        g = groups[(d["group"]["model"], d["group"]["optimizer"], d["group"]["batch"])]
+        for c in d["cells"]:
+            if c["seed_origin"] == tuning.SECOND_LOOK:
+                write_run(Path(grid.Cell(g.model, g.tokens, g.optimizer, g.batch, c["lr"], c["seed"]).path(results)),
+                          loss(g, c["lr"], c["seed"]), steps_for(g.batch))
+    paths = write_tables(results, config, decisions)
+    verdict = make("val_loss_vs_batch", "sweep", config, paths["runs"], paths["cells"], paths["best_lr"],
+                   PAPER_NUMBERS, tmp / "paper_figures" / "val_loss_vs_batch" / "sweep", record)
+    return config, record, decisions, verdict, finals
+
+
+def test_the_first_look_settles_what_it_decides_and_sends_only_what_seeds_could_decide(looked):
+    _, record, decisions, _, _ = looked
+    assert record["alpha"] == 0.025 and record["seeds"] == SECOND   # each look at half of alpha
+    items = record["statements"]["val_loss_vs_batch/sweep"]
+    clear, close = one(items, "MERIT vs AdamW", 64)["statement"], one(items, "MERIT vs LAMB", 64)["statement"]
+    assert clear["result"] == "held" and clear["needs_seeds"] == []
+    assert close["result"] == "inconclusive" and "too few seeds" in close["why"]
+    assert sorted(map(tuple, close["needs_seeds"])) == [("S", "lamb", 64), ("S", "merit", 64)]
+    sent = {(g["optimizer"], g["batch"]) for g in record["groups"]}
+    assert {("lamb", 64), ("merit", 64)} <= sent
+    for d in decisions:   # the second look's seeds at the chosen LR of each group it sent, nowhere else
+        added = [c for c in d["cells"] if c["seed_origin"] == tuning.SECOND_LOOK]
+        in_sent = (d["group"]["optimizer"], d["group"]["batch"]) in sent
+        assert [c["seed"] for c in added] == (SECOND if in_sent else []) and d["second_look"] == [c["seed"] for c in added]
+        assert all(c["lr"] == d["best_lr"] for c in added)
+
+
+def test_the_report_keeps_the_first_looks_verdicts_and_judges_the_rest_on_every_seed(looked):
+    _, record, _, verdict, _ = looked
+    clear, close = statement_of(verdict, "MERIT vs AdamW", 64), statement_of(verdict, "MERIT vs LAMB", 64)
+    assert clear["look"] == 1 and close["look"] == 2
+    kept, again = (next(r for r in verdict["rows"] if r["claim"].startswith(text) and r["batch"] == "64")
+                   for text in ("MERIT vs AdamW", "MERIT vs LAMB"))
+    # the settled statement is the first look's record: its rows read the claim seeds only, though MERIT's group
+    # has the second look's seeds too; the one judged again reads all six
+    assert kept["look"] == 1 and kept["subject_n"] == 3 and kept["verdict"] == "held"
+    assert again["look"] == 2 and again["subject_n"] == 6 and again["reference_n"] == 6 and again["test"] == "paired t"
+    assert "90%" not in again["reason"] and "95% interval" in again["reason"]   # 1 - 2 x 0.025
+    assert any("two looks at the claim seeds" in n for n in verdict["notes"])
+
+
+def test_a_record_with_other_statements_is_refused(looked):
+    _, record, _, verdict, _ = looked
+    changed = copy.deepcopy(record)
+    changed["statements"]["val_loss_vs_batch/sweep"][0]["statement"]["claim"] = "another statement"
+    with pytest.raises(UserError, match="other statements than at the first look"):
+        settle(verdict, changed, "val_loss_vs_batch", "sweep", 0.025)
+    with pytest.raises(UserError, match="at another alpha"):   # the report's alpha changed since the first look
+        settle(verdict, record, "val_loss_vs_batch", "sweep", 0.05)
+    with pytest.raises(UserError, match="was not judged at the first look"):
+        settle(verdict, record, "mal_tables", "other", 0.025)
+    assert settle(verdict, record, "zeroshot", "sweep", 0.025) is verdict   # not looked at first: judged once
+
+
+def test_the_collect_step_takes_second_look_seeds_at_the_chosen_lr_only(looked):
+    config, _, decisions, _, _ = looked
+    d = next(d for d in decisions if d["second_look"])
+    group = next(g for g in grid.all_groups(config).values() if g.optimizer == d["group"]["optimizer"]
+                 and g.batch == d["group"]["batch"])
+    spec = grid.group_expectation(config, group)["spec"]
+    assert decision_problems(d, spec) == []
+    moved = copy.deepcopy(d)
+    other = next(lr for lr in spec["lrs"] if lr != d["best_lr"])
+    next(c for c in moved["cells"] if c["seed_origin"] == tuning.SECOND_LOOK)["lr"] = other
+    assert any("its second look trained lr" in p for p in decision_problems(moved, spec))
+    assert any("not in its grid" in p for p in decision_problems(d, {**spec, "second_look_seeds": []}))
+
+
+def test_second_look_seeds_must_be_new_seeds():
+    config = tiny_config()
+    config["second_look_seeds"] = grid.claim_seeds(config, next(iter(config["experiments"])))[:1]
+    with pytest.raises(ValueError, match="second_look_seeds: .* are also seeds or claim seeds"):
+        validate(config)
+
+
+def test_a_second_look_trains_every_group_of_a_statement_it_judges_again():
+    """Held at one batch, too few seeds at the other: the statement is judged again as a whole, so every group behind
+    it trains the second-look seeds (its terms then share their seeds, and the test is the one fixed in advance)."""
+    from merit_repro.report.claims import Setting, Stats, of_values, statement
+
+    def est(name, batch, values):
+        return of_values(name, dict(enumerate(values, 1)), ("S", batch), group=("S", name, batch))
+    clear = Setting("S", "8", est("merit", 8, [2.0, 2.1, 2.2]), est("adamw", 8, [2.5, 2.61, 2.69]))
+    noisy = Setting("S", "64", est("merit", 64, [2.0, 2.1, 2.2]), est("adamw", 64, [2.0, 2.2, 2.21]))
+    s = statement("MERIT is lower at every batch", [clear, noisy], Stats(0.025, 0.005, looks=2))
+    assert [r.verdict for r in s.rows] == ["held", "inconclusive"] and s.rows[1].why == "too few seeds"
+    assert s.needs_seeds() == [("S", "adamw", 64), ("S", "adamw", 8), ("S", "merit", 64), ("S", "merit", 8)]
+    decided = statement("MERIT is lower at 8", [clear], Stats(0.025, 0.005, looks=2))
+    assert decided.result == "held" and decided.needs_seeds() == []
+
+
+def test_a_bundles_first_look_must_be_the_one_its_runs_give(looked, tmp_path):
+    from merit_repro.plan.tuning import write_json
+    from merit_repro.report.second_look import audit_first_look
+
+    config, record, _, _, finals = looked
+    path = tmp_path / "_second_look.json"
+    write_json(path, record)
+    assert "identical to the bundle's" in audit_first_look(config, finals, config["results"], PAPER_NUMBERS, 100,
+                                                           path)[0]
+    forged = copy.deepcopy(record)
+    one(forged["statements"]["val_loss_vs_batch/sweep"], "MERIT vs LAMB", 64)["statement"]["result"] = "held"
+    write_json(path, forged)
+    with pytest.raises(UserError, match="the statements of val_loss_vs_batch/sweep differ"):
+        audit_first_look(config, finals, config["results"], PAPER_NUMBERS, 100, path)
