@@ -220,22 +220,23 @@ def test_a_signalled_job_saves_a_slow_checkpoint_is_retried_and_resumes_to_ident
 @pytest.mark.slurm
 @pytest.mark.slow
 def test_a_cell_longer_than_its_job_limit_completes_through_a_chain_of_jobs(slurm, tmp_path):
-    """max_job_minutes = 0.3 (18 s, of which the trainer keeps a fifth to stop in, and 3 to 9 go to starting
-    Python and torch): each job's trainer stops in time to checkpoint and exits 75, Snakemake resubmits it, and
-    the chain ends with metrics identical to one uninterrupted run. The cell needs about 20 s of training on
-    this machine, so two to five jobs; 20 retries leave room for a machine three times slower (at 9 s a job,
+    """max_job_minutes = 0.25 (15 s, the least the config check allows, of which the trainer keeps a fifth to stop
+    in, and 3 to 9 go to starting Python and torch): each job's trainer stops in time to checkpoint and exits 75,
+    Snakemake resubmits it, and the chain ends with metrics identical to one uninterrupted run. The cell needs about
+    14 s of training on this machine (2000 steps at about 36k tokens/s; 1200 steps came to fit one job once the
+    trainer got faster), so two to five jobs; 20 retries leave room for a machine three times slower (at 9 s a job,
     a slow CI machine's start-up left too few steps a job for 10 retries)."""
     config = yaml.safe_load(TINY.read_text())
     config["cell_defaults"].update(checkpoint_every=10**6)   # only the time budget makes checkpoints here
-    config["experiments"] = {"one": {"models": ["T"], "tokens": 32 * 8 * 1200, "optimizers": ["merit"],
+    config["experiments"] = {"one": {"models": ["T"], "tokens": 32 * 8 * 2000, "optimizers": ["merit"],
                                      "batch_sizes": [8], "lr_grid": {"merit": [5e-3]}, "artifacts": []}}
     config["claim_seeds"] = [1]
-    cell = "results/runs/T/3.072e5/merit/bs8/lr5e-3/seed0"
+    cell = "results/runs/T/5.12e5/merit/bs8/lr5e-3/seed0"
     local = workflow_dir(tmp_path, "local", config)
     r = run_snakemake(local, "--cores", "1", f"{cell}/summary.json")
     assert r.returncode == 0, r.stderr[-3000:]
     cluster = workflow_dir(tmp_path, "cluster", config)
-    r = run_snakemake(cluster, *SLURM_OVERRIDES, "--config", "max_job_minutes=0.3", "--retries", "20", f"{cell}/summary.json")
+    r = run_snakemake(cluster, *SLURM_OVERRIDES, "--config", "max_job_minutes=0.25", "--retries", "20", f"{cell}/summary.json")
     assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
     log = (cluster / cell / "train.log").read_text()
     assert log.count("time budget of this job reached") >= 1, log[-3000:]   # two jobs at least, more on slow machines
