@@ -12,6 +12,7 @@ from pathlib import Path
 from merit_repro.plan import grid, tuning
 from merit_repro.report import tables
 from merit_repro.report.artifacts import make, write_index
+from merit_repro.report.second_look import first_look
 from merit_repro.train.runfiles import MAL_COLUMNS, METRICS_COLUMNS
 
 PAPER_NUMBERS = Path(__file__).resolve().parents[1] / "workflow" / "resources" / "paper_numbers.csv"
@@ -72,6 +73,26 @@ def build(tmp_path, config, loss, curve=None, peak_mal=None):
         Path(group.path(results)).mkdir(parents=True, exist_ok=True)   # as the workflow's final.json
         tuning.write_json(Path(group.path(results)) / "final.json", decisions[-1])
     return write_tables(results, config, decisions)
+
+
+def look_twice(results, config, loss, peak_mal=None):
+    """After build, with config's second_look_seeds: the first look as the workflow's checkpoint takes it, the
+    seeds it asks for trained on the same landscape, and the tables of every seed -> (first look's record, the
+    groups' decisions with the second look's cells, the table paths)."""
+    results = Path(results)
+    config = {**config, "results": str(results)}
+    finals = [json.loads((Path(g.path(results)) / "final.json").read_text()) for g in grid.all_groups(config).values()]
+    record = first_look(config, finals, str(results), PAPER_NUMBERS, config.get("report", {}).get("mal_threshold", 100))
+    groups = {(g.model, g.optimizer, g.batch): g for g in grid.all_groups(config).values()}
+    decisions = [tuning.with_second_look(d, record) for d in finals]
+    for d in decisions:
+        g = groups[(d["group"]["model"], d["group"]["optimizer"], d["group"]["batch"])]
+        for c in d["cells"]:
+            if c["seed_origin"] == tuning.SECOND_LOOK:
+                write_run(Path(grid.Cell(g.model, g.tokens, g.optimizer, g.batch, c["lr"], c["seed"]).path(results)),
+                          loss(g, c["lr"], c["seed"]), steps_for(g.batch),
+                          peak_mal=peak_mal(g, c["lr"], c["seed"]) if peak_mal else 1.0)
+    return record, decisions, write_tables(results, config, decisions)
 
 
 def write_tables(results, config, decisions):

@@ -4,19 +4,20 @@ the first look decided it, each look at half of alpha."""
 
 import copy
 import json
-from pathlib import Path
 
 import pytest
 from run_helpers import tiny_config
-from synthetic import PAPER_NUMBERS, build, steps_for, write_run, write_tables
+from synthetic import PAPER_NUMBERS, build, look_twice
 from test_report import CLEAR, demo_config, landscape
 
 from merit_repro.plan import grid, tuning
+from merit_repro.plan.tuning import write_json
 from merit_repro.plan.validate import validate
 from merit_repro.report.artifacts import make
 from merit_repro.report.artifacts.looks import settle
+from merit_repro.report.claims import Setting, Stats, of_values, statement
 from merit_repro.report.integrity import decision_problems
-from merit_repro.report.second_look import first_look
+from merit_repro.report.second_look import audit_first_look
 from merit_repro.utils import UserError
 
 SECOND = [4, 5, 6]
@@ -45,16 +46,7 @@ def looked(tmp_path_factory):
     results = tmp / "results"
     config["results"] = str(results)
     finals = [json.loads(p.read_text()) for p in sorted((results / "tuning").rglob("final.json"))]
-    record = first_look(config, finals, str(results), PAPER_NUMBERS, 100)
-    groups = {(g.model, g.optimizer, g.batch): g for g in grid.all_groups(config).values()}
-    decisions = [tuning.with_second_look(d, record) for d in finals]
-    for d in decisions:
-        g = groups[(d["group"]["model"], d["group"]["optimizer"], d["group"]["batch"])]
-        for c in d["cells"]:
-            if c["seed_origin"] == tuning.SECOND_LOOK:
-                write_run(Path(grid.Cell(g.model, g.tokens, g.optimizer, g.batch, c["lr"], c["seed"]).path(results)),
-                          loss(g, c["lr"], c["seed"]), steps_for(g.batch))
-    paths = write_tables(results, config, decisions)
+    record, decisions, paths = look_twice(results, config, loss)
     verdict = make("val_loss_vs_batch", "sweep", config, paths["runs"], paths["cells"], paths["best_lr"],
                    PAPER_NUMBERS, tmp / "paper_figures" / "val_loss_vs_batch" / "sweep", record)
     return config, record, decisions, verdict, finals
@@ -128,8 +120,6 @@ def test_second_look_seeds_must_be_new_seeds():
 def test_a_second_look_trains_every_group_of_a_statement_it_judges_again():
     """Held at one batch, too few seeds at the other: the statement is judged again as a whole, so every group behind
     it trains the second-look seeds (its terms then share their seeds, and the test is the one fixed in advance)."""
-    from merit_repro.report.claims import Setting, Stats, of_values, statement
-
     def est(name, batch, values):
         return of_values(name, dict(enumerate(values, 1)), ("S", batch), group=("S", name, batch))
     clear = Setting("S", "8", est("merit", 8, [2.0, 2.1, 2.2]), est("adamw", 8, [2.5, 2.61, 2.69]))
@@ -142,9 +132,6 @@ def test_a_second_look_trains_every_group_of_a_statement_it_judges_again():
 
 
 def test_a_bundles_first_look_must_be_the_one_its_runs_give(looked, tmp_path):
-    from merit_repro.plan.tuning import write_json
-    from merit_repro.report.second_look import audit_first_look
-
     config, record, _, _, finals = looked
     path = tmp_path / "_second_look.json"
     write_json(path, record)

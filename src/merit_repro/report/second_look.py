@@ -37,7 +37,7 @@ def first_look(config, decisions, results, paper_csv, mal_threshold):
     runs, cells = runs_table(decisions, results, mal_threshold)
     best = best_lr_table(decisions, runs)
     statements = {}
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp:   # through CSV files: the artifacts read the kinds the tables give
         tables = {name: Path(tmp) / f"{name}.csv" for name in ("runs", "cells", "best")}
         for frame, name in ((runs, "runs"), (cells, "cells"), (best, "best")):
             frame.to_csv(tables[name], index=False)
