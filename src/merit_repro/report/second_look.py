@@ -49,9 +49,9 @@ def first_look(config, decisions, results, paper_csv, mal_threshold):
                 statements[f"{artifact}/{name}"] = looked(record)
     wanted = {(key.split("/", 1)[1], *map(str, g)) for key, items in statements.items() for item in items
               for g in item["statement"]["needs_seeds"]}
-    groups = [d["group"] for d in decisions
-              if (d["group"]["experiment"], d["group"]["model"], d["group"]["optimizer"], str(d["group"]["batch"]))
-              in wanted]
+    groups = sorted((d["group"] for d in decisions   # in an order of their own, not the decisions' order
+                     if (d["group"]["experiment"], d["group"]["model"], d["group"]["optimizer"], str(d["group"]["batch"]))
+                     in wanted), key=lambda g: (g["experiment"], g["model"], g["optimizer"], g["batch"]))
     alpha = Stats.from_report(with_defaults(config, "report"), looks=2).alpha
     return {"alpha": alpha, "seeds": second_look_seeds(config), "statements": statements, "groups": groups}
 
