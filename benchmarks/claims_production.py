@@ -226,15 +226,19 @@ def run_looks(experiments, seed, alpha, out=print):
     rng, ok = random.Random(seed), True
     out(f"\ntwo looks through the production path ({experiments} experiments each; claim seeds 1-3, then 4-6 for the "
         "groups of a statement the first look left undecided for want of seeds; each look at alpha/2):\n")
-    out("| null | false verdict (the largest) | rate | ± MC | within alpha |")
-    out("|---|---|---|---|---|")
+    out("| null | false verdict (the largest) | rate, all | rate, about the optimizers | ± MC | within alpha |")
+    out("|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() else None) as tmp:
         for name, make, wrong in NULLS:
             counts = verdicts(tmp, make, rng, experiments, False, looks=2)
-            verdict = max(wrong, key=lambda v: share(counts, v, experiments)[0])
-            p, mc = share(counts, verdict, experiments)
+            # each null is equal at the optima; a verdict "at the chosen LRs" (a close call in the LR choice) is about
+            # the grid's choices, which can differ: the level is kept by the verdicts that claim the optimizers
+            about = {k: v for k, v in counts.items() if k[1] != AT_CHOSEN_LRS}
+            verdict = max(wrong, key=lambda v: share(about, v, experiments)[0])
+            p, mc = share(about, verdict, experiments)
             ok &= p <= alpha + 2 * mc
-            out(f"| {name} | {verdict} | {p:.4f} | {mc:.4f} | {'yes' if p <= alpha + 2 * mc else 'NO'} |")
+            out(f"| {name} | {verdict} | {share(counts, verdict, experiments)[0]:.4f} | {p:.4f} | {mc:.4f} | "
+                f"{'yes' if p <= alpha + 2 * mc else 'NO'} |")
     return ok
 
 
