@@ -13,7 +13,8 @@ Prints, per optimizer and path, the median step time and its ratio to torch Adam
 dispatched per step and their ratio to AdamW's, and the host transfers per step (syncs and host<->device copies,
 merit_repro.optim.dispatch_count). Paths, old beside new:
 
-- ``default``: foreach=None, eager (the chunked per-tensor path on the CPU, the multi-tensor path on CUDA);
+- ``default``: foreach=None, eager (the multi-tensor path on CUDA; on the CPU, per group, the chunked per-tensor path
+  where a tensor has several chunks, else the multi-tensor one);
 - ``foreach``: the multi-tensor path, eager;
 - ``compiled``: ``torch.compile(opt.step)`` (MERIT and LAMB take the multi-tensor path, fused by inductor into two
   kernels per tensor on the CPU: moments and statistics, then the update), after one eager step that allocates the

@@ -75,11 +75,11 @@ def assert_close_rel(ours, ref, tol):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("foreach", [None, True])
+@pytest.mark.parametrize("foreach", [False, True])
 @pytest.mark.parametrize("weight_decay", [0.0, 0.1])
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_matches_float64_reference(name, weight_decay, foreach):
-    """Both paths on a CUDA-less machine: None is the per-tensor path here, True the multi-tensor one."""
+    """Both paths: False the per-tensor one, True the multi-tensor one."""
     ours, _ = run_ours(name, weight_decay, foreach=foreach)
     assert_close_rel(ours, run_reference(name, weight_decay), 1e-6)
 
@@ -88,7 +88,7 @@ LAMB_SWITCHES = [dict(bias_correction=True), dict(decoupled_weight_decay=True), 
                  dict(max_weight_norm=0.5)]
 
 
-@pytest.mark.parametrize("foreach", [None, True])
+@pytest.mark.parametrize("foreach", [False, True])
 @pytest.mark.parametrize("switches", LAMB_SWITCHES)
 def test_lamb_switches_match_reference(switches, foreach):
     ref_switches = {"decoupled" if k == "decoupled_weight_decay" else k: v for k, v in switches.items()}
@@ -122,6 +122,20 @@ def test_foreach_equals_per_tensor(name, chunk_numel):
         return
     for n in single:
         assert torch.equal(single[n], multi[n]), n
+
+
+@pytest.mark.parametrize("chunk_numel,multi", [(1 << 18, True), (16, False)])
+def test_default_path_on_the_cpu_follows_the_chunks(chunk_numel, multi, monkeypatch):
+    """foreach=None on the CPU: the multi-tensor path where every tensor is one chunk (the same numbers, fewer
+    dispatches), the chunked per-tensor path where one is larger (here: in both groups)."""
+    from merit_repro.optim import base
+
+    taken = []
+    for impl in ("multi_tensor_step", "single_tensor_step"):
+        real = getattr(base, impl)
+        monkeypatch.setattr(base, impl, lambda *a, real=real, impl=impl: taken.append(impl) or real(*a))
+    counted_step("merit", gpt2_small_like(), chunk_numel=chunk_numel)
+    assert set(taken) == {"multi_tensor_step" if multi else "single_tensor_step"}
 
 
 def test_merit_results_do_not_depend_on_chunk_size():

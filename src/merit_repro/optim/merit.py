@@ -28,7 +28,7 @@ class MERIT(TrustRatioOptimizer):
         elementwise: use row/column ratios (False: the tensor ratio ``b`` alone, Figure 7).
         weight_floor: floor the element-wise ratio by ``b`` (False: Figure 7 ablation).
         clip: clip the scaled step element-wise to [-1, 1] (False: Figure 7 ablation).
-        foreach: multi-tensor path (None: on CUDA yes, on CPU the chunked per-tensor path; compiled: always).
+        foreach: multi-tensor path (None: on CUDA, and on CPU where every tensor is one chunk; compiled: always).
         chunk_numel: elements per chunk in the per-tensor path (a speed knob; results do not depend on it
             except through float32 summation order, which MERIT's max-norms do not have).
     """

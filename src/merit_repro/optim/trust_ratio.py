@@ -11,12 +11,13 @@ weight ``w`` and of ``a``. They differ only in the ratio:
 A ratio needs statistics of the whole tensor before any element is updated, so every step makes
 two passes: one that updates the moments and gathers statistics, one that applies the update.
 
-- The per-tensor path (the CPU default) walks each tensor in row chunks small enough to stay in
-  cache and recomputes ``a`` in the second pass instead of storing it, which brings the memory
-  traffic close to the two-pass floor on CPU.
-- The multi-tensor path (the CUDA default) computes ``a`` for all tensors with ``torch._foreach_*``
-  kernels and reduces whole tensors: LAMB's norms are two ``_foreach_norm`` calls, MERIT's row and
-  column maxima one reduction per matrix and statistic (benchmarks/optim_step.py counts operators).
+- The per-tensor path (the CPU default for tensors of several chunks) walks each tensor in row chunks
+  small enough to stay in cache and recomputes ``a`` in the second pass instead of storing it, which
+  brings the memory traffic close to the two-pass floor on CPU.
+- The multi-tensor path (the CUDA default, and the CPU's where every tensor is one chunk) computes ``a``
+  for all tensors with ``torch._foreach_*`` kernels and reduces whole tensors: LAMB's norms are two
+  ``_foreach_norm`` calls, MERIT's row and column maxima one reduction per matrix and statistic
+  (benchmarks/optim_step.py counts operators).
 
 Both paths turn statistics into ratios with the same code (``finalize``, foreach ops over lists).
 Max-norms are exact in any order, so MERIT's two paths give bit-identical results; LAMB's norms
