@@ -140,6 +140,12 @@ def test_offline_hf_datasets_fail_fast_with_a_fix(tmp_path, monkeypatch, dataset
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    # The libraries read these at import: after an earlier test's import, the variables alone would not stop them
+    # from trying the network (23 s of timeouts a dataset, where the Hub cannot be reached).
+    for module, names in [("datasets.config", ["HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"]),
+                          ("huggingface_hub.constants", ["HF_HUB_OFFLINE"])]:
+        for name in names if module in sys.modules else []:
+            monkeypatch.setattr(sys.modules[module], name, True)
     with pytest.raises(CorpusUnavailable, match="HF_DATASETS_OFFLINE.*Fix"):
         prepare(dataset, "gpt2", tmp_path / "d")
     assert not (tmp_path / "d" / "meta.json").exists()

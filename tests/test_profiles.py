@@ -189,7 +189,9 @@ def test_the_conda_route_runs_the_environments_python_and_the_plain_route_snakem
     env = {**os.environ, "PATH": os.pathsep.join([str(tmp_path), os.environ["PATH"]])}
     shells = {}
     for route, extra in [("conda", ["--sdm", "conda"]), ("plain", [])]:
-        r = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", "--cores", "2", *extra], cwd=REPO,
+        # Folders of its own, so that no result the checkout already holds takes a job out of the plan
+        folders = ["--config", f"results={tmp_path / 'results'}", f"figures={tmp_path / 'figures'}"]
+        r = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", "--cores", "2", *extra, *folders], cwd=REPO,
                            capture_output=True, text=True, timeout=300, env=env)
         assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
         shells[route] = re.findall(r"Shell command: (.*)", r.stdout + r.stderr)
