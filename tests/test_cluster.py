@@ -15,7 +15,7 @@ import time
 import pandas as pd
 import pytest
 import yaml
-from test_train import slow_save_env
+from test_train import slow_trainer_env
 from test_workflow import REPO, TINY, copy_workflow, dump_config
 
 from merit_repro.train.runfiles import TIMING_COLUMNS
@@ -129,6 +129,13 @@ def workflow_dir(tmp_path, name, config):
     return workdir
 
 
+def with_data_of(cluster, local):
+    """The corpus the local run prepared, in the cluster run's results: a test of a training job's chain needs no
+    data job of its own (the profile test runs one on SLURM)."""
+    shutil.copytree(local / "results" / "data", cluster / "results" / "data")
+    return cluster
+
+
 def run_snakemake(workdir, *args, wait=True):
     cmd = [sys.executable, "-m", "snakemake", "--configfile", "cfg.yaml", *args]
     if not wait:
@@ -187,10 +194,10 @@ def test_a_signalled_job_saves_a_slow_checkpoint_is_retried_and_resumes_to_ident
                         "--cores", "1"], cwd=local, capture_output=True, text=True,
                        env={**os.environ, "MERIT_GPUS": "1", "MERIT_GPU_LOCK_DIR": str(tmp_path / "locks")})
     assert r.returncode == 0, r.stderr[-3000:]
-    cluster = workflow_dir(tmp_path, "cluster", config)
+    cluster = with_data_of(workflow_dir(tmp_path, "cluster", config), local)
     cmd = [sys.executable, "-m", "snakemake", f"{cell}/summary.json", "--configfile", "cfg.yaml", *SLURM_OVERRIDES]
     proc = subprocess.Popen(cmd, cwd=cluster, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, **slow_save_env(tmp_path, save_seconds)})
+                            env={**os.environ, **slow_trainer_env(tmp_path, save_seconds=save_seconds)})
     metrics = cluster / cell / "metrics.csv"
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:   # only at a stop: no periodic checkpoint
@@ -221,23 +228,28 @@ def test_a_signalled_job_saves_a_slow_checkpoint_is_retried_and_resumes_to_ident
 @pytest.mark.slow
 def test_a_cell_longer_than_its_job_limit_completes_through_a_chain_of_jobs(slurm, tmp_path):
     """max_job_minutes = 0.25 (15 s, the least the config check allows, of which the trainer keeps a fifth to stop
-    in, and 3 to 9 go to starting Python and torch): each job's trainer stops in time to checkpoint and exits 75,
-    Snakemake resubmits it, and the chain ends with metrics identical to one uninterrupted run. The cell needs about
-    14 s of training on this machine (2000 steps at about 36k tokens/s; 1200 steps came to fit one job once the
-    trainer got faster), so two to five jobs; 20 retries leave room for a machine three times slower (at 9 s a job,
-    a slow CI machine's start-up left too few steps a job for 10 retries)."""
+    in, and 2 to 9 go to starting Python and torch): each job's trainer stops in time to checkpoint and exits 75,
+    Snakemake resubmits it, and the chain ends with metrics identical to one uninterrupted run. In the cluster each
+    of the cell's 300 steps takes 40 ms longer (the numbers stay the same), so the cell needs at least 12 s of
+    training whatever the machine: two jobs at least, more where start-up is slow (20 retries leave room for a
+    machine three times slower). The uninterrupted run, local, takes its steps at full speed (about 2 s)."""
     config = yaml.safe_load(TINY.read_text())
     config["cell_defaults"].update(checkpoint_every=10**6)   # only the time budget makes checkpoints here
-    config["experiments"] = {"one": {"models": ["T"], "tokens": 32 * 8 * 2000, "optimizers": ["merit"],
+    config["experiments"] = {"one": {"models": ["T"], "tokens": 32 * 8 * 300, "optimizers": ["merit"],
                                      "batch_sizes": [8], "lr_grid": {"merit": [5e-3]}, "artifacts": []}}
     config["claim_seeds"] = [1]
-    cell = "results/runs/T/5.12e5/merit/bs8/lr5e-3/seed0"
+    cell = "results/runs/T/76800/merit/bs8/lr5e-3/seed0"
     local = workflow_dir(tmp_path, "local", config)
     r = run_snakemake(local, "--cores", "1", f"{cell}/summary.json")
     assert r.returncode == 0, r.stderr[-3000:]
-    cluster = workflow_dir(tmp_path, "cluster", config)
-    r = run_snakemake(cluster, *SLURM_OVERRIDES, "--config", "max_job_minutes=0.25", "--retries", "20", f"{cell}/summary.json")
+    cluster = with_data_of(workflow_dir(tmp_path, "cluster", config), local)
+    cmd = [sys.executable, "-m", "snakemake", "--configfile", "cfg.yaml", *SLURM_OVERRIDES, "--config",
+           "max_job_minutes=0.25", "--retries", "20", f"{cell}/summary.json"]
+    r = subprocess.run(cmd, cwd=cluster, capture_output=True, text=True,
+                       env={**os.environ, **slow_trainer_env(tmp_path, step_seconds=0.04)})
     assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
+    job_log = (cluster / cell.replace("results/runs", "results/logs/train")).with_suffix(".log").read_text()
+    assert "[test] each step 0.04 s slower" in job_log, job_log[-3000:]
     log = (cluster / cell / "train.log").read_text()
     assert log.count("time budget of this job reached") >= 1, log[-3000:]   # two jobs at least, more on slow machines
     assert log.count("resuming from step") == log.count("time budget of this job reached")

@@ -154,27 +154,37 @@ def test_micro_batches_and_two_processes_match_one_device(tmp_path, data_dir, dd
                             (variant, name, key, got["step"])
 
 
-SLOW_SAVE = """import os, sys, time
+SLOW_TRAINER = """import os, sys, time
 argv = sys.orig_argv
 if argv[argv.index("-m") + 1:argv.index("-m") + 2] == ["merit_repro.train"] and os.environ.get("RANK", "0") == "0":
-    from merit_repro.train import checkpoint   # the trainer's rank 0 only, not torchrun's agent nor Snakemake
-    real_save = checkpoint.save
-    def slow_save(*args, **kwargs):
-        print(f"[test] saving {os.environ['SLOW_SAVE_SECONDS']} s slower", flush=True)
-        time.sleep(float(os.environ["SLOW_SAVE_SECONDS"]))
-        return real_save(*args, **kwargs)
-    checkpoint.save = slow_save
+    from merit_repro.train import checkpoint, loop   # the trainer's rank 0 only, not torchrun's agent nor Snakemake
+    if "SLOW_SAVE_SECONDS" in os.environ:
+        real_save = checkpoint.save
+        def slow_save(*args, **kwargs):
+            print(f"[test] saving {os.environ['SLOW_SAVE_SECONDS']} s slower", flush=True)
+            time.sleep(float(os.environ["SLOW_SAVE_SECONDS"]))
+            return real_save(*args, **kwargs)
+        checkpoint.save = slow_save
+    if "SLOW_STEP_SECONDS" in os.environ:
+        print(f"[test] each step {os.environ['SLOW_STEP_SECONDS']} s slower", flush=True)
+        real_step = loop.Run.train_step
+        def slow_step(self, *args, **kwargs):
+            time.sleep(float(os.environ["SLOW_STEP_SECONDS"]))
+            return real_step(self, *args, **kwargs)
+        loop.Run.train_step = slow_step
 """
 
 
-def slow_save_env(tmp_path, seconds):
-    """Environment in which the trainer's rank 0 takes `seconds` longer to save each checkpoint (a sitecustomize
-    on PYTHONPATH: every Python started with it, in a SLURM job too, loads it first)."""
-    shim = tmp_path / "slow-save"
+def slow_trainer_env(tmp_path, save_seconds=None, step_seconds=None):
+    """Environment in which the trainer's rank 0 takes `save_seconds` longer to save each checkpoint and
+    `step_seconds` longer for each step (the numbers stay the same): a sitecustomize on PYTHONPATH, which every
+    Python started with it, in a SLURM job too, loads first."""
+    shim = tmp_path / "slow-trainer"
     shim.mkdir(exist_ok=True)
-    (shim / "sitecustomize.py").write_text(SLOW_SAVE)
+    (shim / "sitecustomize.py").write_text(SLOW_TRAINER)
+    slower = {"SLOW_SAVE_SECONDS": save_seconds, "SLOW_STEP_SECONDS": step_seconds}
     return {"PYTHONPATH": os.pathsep.join([str(shim), *filter(None, [os.environ.get("PYTHONPATH")])]),
-            "SLOW_SAVE_SECONDS": str(seconds)}
+            **{name: str(seconds) for name, seconds in slower.items() if seconds is not None}}
 
 
 @pytest.mark.slow
@@ -184,7 +194,7 @@ def test_a_stopped_ddp_cell_exits_75_through_torchrun_with_its_checkpoint_and_re
     the resumed run is the uninterrupted one."""
     config, ddp = ddp_run
     out = tmp_path / "run"
-    r = torchrun(config, out, "--stop-at", str(time.time()), env=slow_save_env(tmp_path, 8),
+    r = torchrun(config, out, "--stop-at", str(time.time()), env=slow_trainer_env(tmp_path, save_seconds=8),
                  grace=["--shutdown-timeout", "5"])
     assert r.returncode == 75, r.stderr[-3000:]
     assert "[test] saving 8 s slower" in r.stdout
