@@ -117,6 +117,24 @@ def test_data_verify_reads_every_byte(tmp_path, data_dir, capsys):
     assert "does not match the sha256" in line and str(path) in line
 
 
+def test_a_trainer_that_trusts_the_marker_leaves_it_as_it_is(tmp_path, data_dir, monkeypatch):
+    corpus = tmp_path / "corpus"
+    shutil.copytree(data_dir, corpus)
+    (corpus / tokens.VERIFIED_MARKER).unlink(missing_ok=True)
+    tokens.verify(corpus)   # hashes every file, then writes the marker
+    written = []
+    monkeypatch.setattr(tokens, "atomic_write_json", lambda path, obj: written.append(path))
+    monkeypatch.setattr(tokens, "sha256_file", lambda path: pytest.fail(f"{path} hashed again"))
+    tokens.verify(corpus)
+    assert written == []   # trainers in parallel do not each rewrite it
+    train = corpus / "train.bin"
+    os.utime(train, ns=(train.stat().st_atime_ns, train.stat().st_mtime_ns + 1))
+    monkeypatch.undo()
+    monkeypatch.setattr(tokens, "atomic_write_json", lambda path, obj: written.append(path))
+    tokens.verify(corpus)   # a file the marker no longer vouches for is hashed and marked again
+    assert written == [corpus / tokens.VERIFIED_MARKER]
+
+
 def test_a_read_only_corpus_can_be_verified_and_trained_on(tmp_path, data_dir, monkeypatch):
     corpus = tmp_path / "corpus"
     shutil.copytree(data_dir, corpus)
