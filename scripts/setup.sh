@@ -23,10 +23,14 @@ fail() { echo "error: $*" >&2; exit 1; }
 
 from_registry() {
   [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
-  $PIP install -q --upgrade pip 2>/dev/null || true
+  $PIP install -q --upgrade pip 2>/dev/null || true   # wheelhouse.sh resolves with it: a recent one is faster
   if ! .venv/bin/python -c "import torch" 2>/dev/null; then
+    # pip compiles torch's bytecode one file at a time (about 14 s of its 26 on 2 cores); compileall on every core
+    # takes 5. Compiled it must be: where PYTHONDONTWRITEBYTECODE is set, as on the project's machines, every
+    # process would otherwise compile what it imports, each of the workflow's hundreds of jobs again.
     # shellcheck disable=SC2086
-    $PIP install -q "$TORCH_REQUIREMENT" ${TORCH_PIP_ARGS:-}
+    $PIP install -q --no-compile "$TORCH_REQUIREMENT" ${TORCH_PIP_ARGS:-}
+    compile_site_packages
   fi
   # The versions the tests ran with (requirements-lock.txt) as constraints: a fresh machine gets the same ones.
   # uv installs them (about 20 s on 2 cores, where pip takes 50), pinned in the lock; pip where uv cannot. Torch
@@ -38,6 +42,12 @@ from_registry() {
   echo "setup: uv could not install the packages (its error above); pip instead" >&2
   $PIP install -q -c requirements-lock.txt -e ".[$EXTRAS]"
   $PIP install -q --no-deps "${NO_DEPS_PACKAGES[@]}"
+}
+
+compile_site_packages() {   # bytecode for everything in .venv's site-packages, on every core; files that are not
+  # Python 3 (a few of torch's) are left as pip leaves them, so compileall's status is not the install's
+  .venv/bin/python -m compileall -q -j0 "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" \
+    >/dev/null || true
 }
 
 uv_install() {   # uv pip install "$@" into .venv, compiled to bytecode as pip does, trusting the system's CAs as pip

@@ -17,3 +17,13 @@ def data_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("data") / "shakespeare-bytes"
     prepare("shakespeare", "bytes", out)
     return out
+
+
+# The files that take minutes (SLURM polling, pip, whole workflows), first: with two workers each taking a file at a
+# time (pyproject's addopts), the short files then fill the gaps, and no long file starts last, alone.
+LONGEST_FIRST = ("test_cluster.py", "test_workflow.py", "test_wheelhouse.py")
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))   # stable: each file's own order is kept
