@@ -379,6 +379,16 @@ def test_verdicts_of_a_config_whose_answer_is_known(tmp_path):
     assert set(claims.subject_n) | set(claims.reference_n) <= {0, 2}   # 2 claim seeds, or diverged at every LR
 
 
+def test_a_run_ends_with_its_last_job(tmp_path):
+    """Snakemake selects jobs again one max-jobs-per-timespan timespan after each selection, on a timer Python waits
+    for at exit; the workflow cancels it when the run ends (common.smk), so a 10-minute timespan still ends at once."""
+    workdir = copy_workflow(tmp_path / "wf")
+    r = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "--configfile", str(TINY),
+                        "--max-jobs-per-timespan", "100/10m", "results/data/shakespeare-bytes/meta.json"],
+                       cwd=workdir, capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0 and "1 of 1 steps (100%) done" in r.stderr, r.stderr[-3000:]
+
+
 def test_snakefmt_is_clean():
     r = subprocess.run([sys.executable, "-m", "snakefmt", "--check", "Snakefile", "workflow/rules"], cwd=REPO,
                        capture_output=True, text=True)

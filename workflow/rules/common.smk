@@ -7,6 +7,7 @@ import re
 import shlex
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 SRC = str(Path(workflow.basedir) / "src")
@@ -112,9 +113,26 @@ def preflight(log):
         sys.exit(1)
 
 
+def cancel_reselection_timers():
+    """Snakemake's scheduler selects jobs again one `max-jobs-per-timespan` timespan after each selection (5 s in
+    the profiles) on a threading.Timer, and Python waits for every pending one before it exits: each run ended up to a
+    timespan after its last job. No job is left to select once the run has ended."""
+    for thread in threading.enumerate():
+        if isinstance(thread, threading.Timer):
+            thread.cancel()
+
+
 onstart:
     preflight(log)
     output_folders.claim(FOLDER_CLAIMS)  # after the checks, before the first job
+
+
+onsuccess:
+    cancel_reselection_timers()
+
+
+onerror:
+    cancel_reselection_timers()
 
 
 ENV = "../../environment.yml"  # with --use-conda (sdm conda); relative to the rule files
