@@ -116,7 +116,7 @@ def slurm():
 
 
 # profiles/slurm as a site would use it (as README says), with the local cluster's partition and sizes
-SLURM_OVERRIDES = ["--workflow-profile", "profiles/slurm", "--jobs", "4", "--slurm-init-seconds-before-status-checks", "5",
+SLURM_OVERRIDES = ["--workflow-profile", "profiles/slurm", "--jobs", "4", "--slurm-init-seconds-before-status-checks", "2",
                    "--default-resources", "slurm_partition=debug", "slurm_account=''", "mem_mb=1000", "runtime=30",
                    "cpus_per_task=1", "--set-resources", "train:mem_mb=1000", "prepare_data:mem_mb=1000",
                    "prepare_data:cpus_per_task=1", "--set-threads", "train=1", "prepare_data=1"]
