@@ -116,6 +116,8 @@ def slurm():
 
 
 # profiles/slurm as a site would use it (as README says), with the local cluster's partition and sizes
+# The first status check 2 s after a change: the plugin waits 10 s more after each check that finds nothing finished,
+# so a job of up to 14 s is seen at 14 s (at 5 s, every job of 6 to 20 s was seen at 20 s)
 SLURM_OVERRIDES = ["--workflow-profile", "profiles/slurm", "--jobs", "4", "--slurm-init-seconds-before-status-checks", "2",
                    "--default-resources", "slurm_partition=debug", "slurm_account=''", "mem_mb=1000", "runtime=30",
                    "cpus_per_task=1", "--set-resources", "train:mem_mb=1000", "prepare_data:mem_mb=1000",
