@@ -62,11 +62,12 @@ def test_the_first_look_settles_what_it_decides_and_sends_only_what_seeds_could_
     assert sorted(map(tuple, close["needs_seeds"])) == [("S", "lamb", 64), ("S", "merit", 64)]
     sent = {(g["optimizer"], g["batch"]) for g in record["groups"]}
     assert {("lamb", 64), ("merit", 64)} <= sent
-    for d in decisions:   # the second look's seeds at the chosen LR of each group it sent, nowhere else
+    for d in decisions:   # the second look's seeds at the chosen LR (and its rivals) of each group it sent, nowhere else
         added = [c for c in d["cells"] if c["seed_origin"] == tuning.SECOND_LOOK]
         in_sent = (d["group"]["optimizer"], d["group"]["batch"]) in sent
-        assert [c["seed"] for c in added] == (SECOND if in_sent else []) and d["second_look"] == [c["seed"] for c in added]
-        assert all(c["lr"] == d["best_lr"] for c in added)
+        lrs = [d["best_lr"], *d["rivals"]]
+        assert [(c["lr"], c["seed"]) for c in added] == ([(lr, s) for lr in lrs for s in SECOND] if in_sent else [])
+        assert d["second_look"] == [c["seed"] for c in added]
 
 
 def test_the_report_keeps_the_first_looks_verdicts_and_judges_the_rest_on_every_seed(looked):
@@ -104,6 +105,7 @@ def test_the_collect_step_takes_second_look_seeds_at_the_chosen_lr_only(looked):
     spec = grid.group_expectation(config, group)["spec"]
     assert decision_problems(d, spec) == []
     moved = copy.deepcopy(d)
+    moved["rivals"] = []   # then no LR but the chosen one may have second-look seeds
     other = next(lr for lr in spec["lrs"] if lr != d["best_lr"])
     next(c for c in moved["cells"] if c["seed_origin"] == tuning.SECOND_LOOK)["lr"] = other
     assert any("its second look trained lr" in p for p in decision_problems(moved, spec))

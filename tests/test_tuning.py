@@ -11,7 +11,7 @@ from merit_repro.plan.tuning import canonical, decide, next_point, tune
 from merit_repro.train.divergence import DivergenceRule, new_state
 
 SPEC = dict(lrs=["1e-3", "2e-3", "4e-3"], grid_seeds=[0], claim_seeds=[1, 2, 3], max_extensions=2,
-            extension_factor=2.0, extensions=[], group={})
+            extension_factor=2.0, extensions=[], group={}, lr_choice_noise=1.0, max_rivals=2)
 
 
 def bowl(best_lr, floor=3.0):

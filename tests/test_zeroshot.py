@@ -150,7 +150,7 @@ def test_only_claim_seed_cells_of_zeroshot_groups_keep_their_weights():
     assert grid.cell_config(config, "S", "262144", "merit", 64, "4e-2", 1)["save_model"] is True   # table1's
     assert not grid.cell_config(config, "S", "262144", "merit", 64, "4e-2", 0).get("save_model")   # a grid seed
     assert not grid.cell_config(config, "S", "262144", "merit", 16, "4e-2", 1).get("save_model")   # not Table 1's
-    assert not grid.cell_config(config, "L", "262144", "merit", 64, "4e-2", 1).get("save_model")
+    assert not grid.cell_config(config, "M", "262144", "merit", 64, "4e-2", 1).get("save_model")
     paper = yaml.safe_load(open("config/paper.yaml"))
     kept = {(g.model, g.optimizer, g.batch) for g in grid.zeroshot_groups(paper)}
     assert kept == {("small", "adamw", 480), ("small", "lamb", 4096), ("small", "merit", 4096),

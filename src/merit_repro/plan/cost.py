@@ -10,8 +10,8 @@ Per experiment: cells, tokens, training FLOPs (6N + attention per token, nanoGPT
 stated throughput, and the wall minutes on a CPU of --cores cores (one cell per core, at --cpu-flops per
 core: the lower end of what this project's cells measured, runtime.CPU_FLOPS_PER_CORE); then the total over
 distinct cells (a cell shared by several experiments trains once). LR tuning adds cells once results are in (grid
-extensions, claim seeds at each best LR: merit_repro.plan.tuning); the "+ tuning" columns bound what they can
-add, per experiment and in total (without sharing, so an upper bound). Evaluation and the MAL probe are not
+extensions, claim seeds at each best LR and at up to max_rivals close calls of it: merit_repro.plan.tuning); the
+"+ tuning" columns bound what they can add, per experiment and in total (without sharing, so an upper bound). Evaluation and the MAL probe are not
 counted. --from-gpu-check takes the throughput from a GPU check's table (scripts/gpu_check.sh --out): part 6's
 tokens/s of the architecture of the config's largest model, compiled when the config compiles it and the check
 measured it so, else eager (part 8's trainer cell does not name its model). --rate-of SIZE=TOKENS_PER_S takes a
@@ -37,10 +37,11 @@ from .validate import validate
 
 def tuning_cells(config, group):
     """At most how many cells tuning adds to a group: max_extensions points x the grid seeds, then the claim
-    seeds the grid seeds lack at the best LR (chosen once)."""
+    seeds the grid seeds lack at the best LR (chosen once) and at up to max_rivals close calls of the choice."""
     spec = grid.tuning_spec(config, group)
     extra_seeds = len(set(spec["claim_seeds"]) - set(spec["grid_seeds"]))
-    return spec["max_extensions"] * len(spec["grid_seeds"]) + extra_seeds
+    rivals = min(spec["max_rivals"], len(spec["lrs"]) + spec["max_extensions"] - 1)
+    return spec["max_extensions"] * len(spec["grid_seeds"]) + extra_seeds * (1 + rivals)
 
 
 def estimate(config):

@@ -137,7 +137,8 @@ def tuning_spec(config, group):
                       "optimizer": group.optimizer, "batch": group.batch},
             "lrs": list(group.lrs), "grid_seeds": grid_seeds(config, group.experiment),
             "claim_seeds": claim_seeds(config, group.experiment),
-            "max_extensions": int(tuning["max_extensions"]), "extension_factor": float(tuning["extension_factor"])}
+            "max_extensions": int(tuning["max_extensions"]), "extension_factor": float(tuning["extension_factor"]),
+            "lr_choice_noise": float(tuning["lr_choice_noise"]), "max_rivals": int(tuning["max_rivals"])}
 
 
 def tuning_owners(config):

@@ -8,7 +8,15 @@ cells have finished, ``decide`` reads their results and asks for at most one mor
    grid when every LR diverged), spaced as the grid is at that edge (``extension_factor`` for a
    one-point grid) and rounded to 3 significant digits, trained with the grid seeds.
 2. Otherwise, the best LR lacks some of the claim seeds: those seeds at the best LR.
-3. Otherwise the group is tuned (``done``).
+3. Otherwise, the choice's close calls (``rivals``): every other LR whose grid-seed loss is within
+   ``lr_choice_noise`` standard deviations of a difference of two grid-seed means of the chosen one's, the sd
+   the group's own claim-seed spread (pooled over every LR it has claim seeds at). One grid seed's choice
+   has noise of its own: where another LR is this close, another grid seed could have chosen it, so the
+   claim seeds train there too, and a verdict must hold at each rival as at the choice (an
+   intersection-union test: merit_repro.report.claims), the closest ``max_rivals`` of them (a close call beyond
+   those is left untested, and the verdicts it could overturn undecided). A rival whose claim seeds widen the spread can
+   make another LR a rival; every round adds cells from a finite set, so this ends too.
+4. Otherwise the group is tuned (``done``).
 
 The best LR is the lowest mean final validation loss over the grid seeds (the seeds every LR
 has, so extra seeds at one LR never move the choice), ties to the smaller LR. An LR is
@@ -100,12 +108,50 @@ def next_point(lrs, direction, factor):
     return canonical(f"{float(edge) * math.exp(direction * ratio):.3g}")
 
 
+def choice_sd(results, lrs, claim_seeds):
+    """The group's own seed sd of the loss: its claim seeds' spread pooled over every LR where two or more of them
+    finished (sum (n - 1) s² / sum (n - 1)), with its df; (None, 0) without one."""
+    squares, df = 0.0, 0
+    for lr in lrs:
+        xs = [results[(lr, s)] for s in claim_seeds if results.get((lr, s)) is not None]
+        if len(xs) > 1:
+            mean = statistics.fmean(xs)
+            squares += sum((x - mean) ** 2 for x in xs)
+            df += len(xs) - 1
+    return (math.sqrt(squares / df), df) if df else (None, 0)
+
+
+def close_calls(rows, best, sd, n_grid, noise):
+    """The LRs of per_lr's rows whose selection loss is within noise x sd x sqrt(2 / n_grid) of the best's (the sd of
+    a difference of two grid-seed means: where another grid seed could have chosen them), best first excluded."""
+    chosen = next(r["selection_loss"] for r in rows if r["lr"] == best)
+    margin = noise * sd * math.sqrt(2 / n_grid)
+    return [r["lr"] for r in rows if r["lr"] != best and r["selection_loss"] is not None
+            and r["selection_loss"] - chosen <= margin]
+
+
+def rivals_of(spec, rows, best, results):
+    """(rival LRs the claim seeds train at, every close call, the sd and df they were judged by): the LRs that already
+    have claim seeds beside the best (a rival stays one once trained), then the closest of those within the noise of
+    the choice now, up to max_rivals in all (a close call beyond them is left untested: the verdicts it could overturn
+    stay undecided)."""
+    lrs = [r["lr"] for r in rows]
+    claim = [s for s in spec["claim_seeds"] if s not in spec["grid_seeds"]]
+    sd, df = choice_sd(results, lrs, claim)
+    trained = [lr for lr in lrs if lr != best and any((lr, s) in results for s in claim)]
+    close = close_calls(rows, best, sd, len(spec["grid_seeds"]), spec["lr_choice_noise"]) if sd else []
+    loss = {r["lr"]: r["selection_loss"] for r in rows}
+    room = max(0, spec["max_rivals"] - len(trained))
+    rivals = trained + sorted((lr for lr in close if lr not in trained), key=lambda x: (loss[x], lr_key(x)))[:room]
+    return sorted(rivals, key=lr_key), sorted(set(close) | set(trained), key=lr_key), sd, df
+
+
 def decide(spec, results):
     """The next step of one group.
 
     spec: ``lrs`` (configured), ``extensions`` (added so far, in order), ``grid_seeds``, ``claim_seeds``,
-    ``max_extensions``, ``extension_factor``. results: {(lr, seed): final val loss, None when diverged} for
-    every cell of the group trained so far. Returns the round record (see the module docstring).
+    ``max_extensions``, ``extension_factor``, ``lr_choice_noise``, ``max_rivals``. results: {(lr, seed): final val loss, None when
+    diverged} for every cell of the group trained so far. Returns the round record (see the module docstring).
     """
     extensions = list(spec.get("extensions", []))
     lrs = sorted(set(spec["lrs"]) | set(extensions), key=lr_key)
@@ -115,7 +161,8 @@ def decide(spec, results):
     at_edge = best is not None and best in (lrs[0], lrs[-1])
     cells = sorted(results, key=lambda c: (lr_key(c[0]), c[1]))
     record = {"best_lr": best, "at_edge": at_edge, "status": "ok" if best else "diverged at every LR",
-              "extensions": extensions, "table": rows}
+              "extensions": extensions, "table": rows, "rivals": [], "close_calls": [], "choice_sd": None,
+              "choice_df": 0}
     if (best is None or at_edge) and len(extensions) < spec["max_extensions"]:
         new = next_point(lrs, +1 if best == lrs[-1] else -1, spec["extension_factor"])
         extensions.append(new)
@@ -126,6 +173,16 @@ def decide(spec, results):
     if missing:
         return {**record, "done": False, "action": f"claim seeds {missing} at the best LR {best}",
                 "cells": cells + [(best, s) for s in missing]}
+    if best is not None and not any(results.get((best, s)) is None for s in claim_seeds):
+        rivals, close, sd, df = rivals_of(spec, rows, best, results)
+        record.update(rivals=rivals, close_calls=close, choice_sd=sd, choice_df=df)
+        wanted = [(lr, s) for lr in rivals for s in claim_seeds if (lr, s) not in results]
+        if wanted:
+            new = sorted({lr for lr, _ in wanted}, key=lr_key)
+            return {**record, "done": False, "cells": cells + wanted,
+                    "action": f"claim seeds {claim_seeds} at {', '.join(new)}: close calls of the choice {best} "
+                              f"(grid-seed loss within {spec['lr_choice_noise']:g} sd of a difference; the group's "
+                              f"claim-seed sd {sd:.3g})"}
     return {**record, "done": True, "action": "done", "cells": cells}
 
 
@@ -178,13 +235,15 @@ def adopt(decision, group):
 
 def with_second_look(decision, look):
     """A group's final decision with the cells the second look asks of it (look: merit_repro.report.looks's record):
-    each second-look seed at the first-choice LR, never another LR; unchanged when the look sends it none."""
+    each second-look seed at the first-choice LR and at each of its rivals (where the claim seeds are), never another
+    LR; unchanged when the look sends it none."""
     group = decision["group"]
     sent = any(g == group for g in look["groups"]) and decision["best_lr"] is not None
     have = {(c["lr"], c["seed"]) for c in decision["cells"]}
-    best = next((c for c in decision["cells"] if c["lr"] == decision["best_lr"]), None)
-    added = [{"lr": decision["best_lr"], "seed": seed, "lr_origin": best["lr_origin"], "seed_origin": SECOND_LOOK}
-             for seed in look["seeds"] if sent and (decision["best_lr"], seed) not in have]
+    origin = {c["lr"]: c["lr_origin"] for c in decision["cells"]}
+    lrs = [decision["best_lr"], *decision.get("rivals", [])] if sent else []
+    added = [{"lr": lr, "seed": seed, "lr_origin": origin[lr], "seed_origin": SECOND_LOOK}
+             for lr in lrs for seed in look["seeds"] if (lr, seed) not in have]
     return {**decision, "cells": decision["cells"] + added, "second_look": [c["seed"] for c in added]}
 
 

@@ -24,8 +24,22 @@ Each verdict is false on one side of the tolerance only, so each is a one-sided 
 q = t(1 - alpha, df) the interval is d ± q se (1 - 2 alpha coverage, its ends the one-sided bounds), and the
 tolerance tol = report.tolerance x the reference's scale (or an absolute floor). A setting's verdict:
 
-    lower       held when d < -tol and the interval is below 0; equivalent when it lies within ± tol (TOST);
+    lower       held means lower: the interval is below 0 (a one-sided test of d < 0 at alpha), and so that a
+                difference too small to matter is never reported as held, the point estimate d < -tol; equivalent
+                when the interval lies within ± tol (TOST);
     no worse    held when the interval is below +tol (non-inferiority).
+
+What a verdict claims is false when the truth is on the other side of its test's null: held (lower) when d >= 0,
+did not hold when d <= 0 (no worse: d <= tol), equivalent when |d| >= tol; benchmarks/claims_calibration.py and
+claims_production.py count false verdicts by these truths.
+
+Where a term's LR choice was a close call (``Estimate.rivals``: another LR whose grid-seed loss is within the seed
+noise of the chosen one's, where another grid seed could have chosen it), the claim seeds trained there too
+(``Estimate.alternatives``) and a verdict must hold at every rival LR of the terms that could overturn it, as at the
+choice: held at every rival of a term whose lowering would raise d, did not hold at every rival of one whose lowering
+would lower d (for the metric tuning selects on; for any other metric every term either way), each at alpha (an
+intersection-union test: the true best LR among the choice and its rivals, the verdict holds there). One that holds
+at the choice but not at a rival, or whose rival has no claim seeds, is inconclusive: ``LR choice a close call``.
 
 A statement over k settings holds when every setting holds, each at alpha (an intersection–union test:
 a false held stays below alpha without a correction), and is equivalent when every setting is. It did not hold
@@ -37,12 +51,12 @@ noise estimate), ``within margin`` (within the tolerance, not confidently), ``no
 grid's edge that more tuning could move across the verdict: for the metric tuning selects on, by the term's
 sign; for any other, either way), ``tuning failure: diverged`` (every LR diverged, or claim seeds diverged at the
 chosen LR: counted, never averaged away), ``missing``, ``non-finite value`` (a peak MAL that overflowed at some
-seed, kept, not dropped). A decided verdict is about the optimizers, or only ``at the chosen LRs`` where a term's
-LR choice was a close call (``Estimate.rivals``). benchmarks/claims_calibration.py shows each rule's false-verdict
-rate, through this module and through the whole report path.
+seed, kept, not dropped), ``LR choice a close call`` (above). benchmarks/claims_calibration.py shows each rule's false-verdict rate, through this module and through the whole
+report path.
 """
 
 import dataclasses
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -59,13 +73,14 @@ LOWER, NO_WORSE = "lower", "no worse"
 # Where a statement comes from: the paper, or a comparison a config adds (an optimizer from outside against AdamW,
 # MERIT against it); the report counts and corrects the two families apart.
 PAPER, ADDED = "paper", "added by the config"
-TOO_FEW, WITHIN, EDGE, DIVERGED, MISSING, NON_FINITE, HOLM, MIXED = (
+TOO_FEW, WITHIN, EDGE, DIVERGED, MISSING, NON_FINITE, HOLM, MIXED, CLOSE_CALL = (
     "too few seeds", "within margin", "tuning failure: grid edge", "tuning failure: diverged", "missing",
-    "non-finite value", "not after Holm's correction", "settings disagree: held in some, equivalent in others")
+    "non-finite value", "not after Holm's correction", "settings disagree: held in some, equivalent in others",
+    "LR choice a close call")
 # Why a statement stays undecided that more claim seeds could decide (a second look's seeds go to its groups)
 SEED_LIMITED = (TOO_FEW, WITHIN, HOLM)
-# What a verdict is about: the optimizers, or only the LRs their grids chose, where a choice was a close call.
-ABOUT_OPTIMIZERS, AT_CHOSEN_LRS = "the optimizers", "at the chosen LRs"
+# What a decided verdict is about: the optimizers (it holds at every rival LR of a close call, or it is inconclusive).
+ABOUT_OPTIMIZERS = "the optimizers"
 PAIRED, WELCH, ONE_SAMPLE = "paired t", "Welch t (Hsu df)", "one-sample t"
 # A spread this small relative to the values is floating-point rounding, not seed noise.
 ZERO_SPREAD = 1e-9
@@ -97,7 +112,6 @@ class Stats:
     alpha: float
     tolerance: float
     tolerances: dict = field(default_factory=dict)
-    lr_choice_noise: float | None = None   # report.lr_choice_noise (Context.rivals)
     looks: int = 1              # 2 with a second look of claim seeds: alpha is each look's share of the report's
 
     @classmethod
@@ -105,8 +119,7 @@ class Stats:
         """The report block's stats; with two looks at the claim seeds, each look tests at half its alpha (a union
         bound: a verdict is false at either look with probability at most alpha, whatever the looks share)."""
         return cls(float(report["alpha"]) / looks, float(report["tolerance"]),
-                   {k: float(v) for k, v in (report.get("tolerances") or {}).items()},
-                   float(report["lr_choice_noise"]), looks)
+                   {k: float(v) for k, v in (report.get("tolerances") or {}).items()}, looks)
 
     def of(self, metric):
         """These stats with the metric's own tolerance."""
@@ -127,8 +140,15 @@ class Estimate:
     values: dict | None = None  # {seed: value} of the claim seeds, for paired tests
     setting: tuple | None = None   # (model, batch): runs at one seed share initialisation and batch order there
     metric: str | None = None   # what it measures: an edge moves only the metric tuning selects on one way
-    rivals: tuple = ()          # grid LRs whose grid-seed result is within the seed noise of the chosen one's
+    rivals: tuple = ()          # LRs whose grid-seed loss is within the seed noise of the chosen one's (close calls)
     group: tuple | None = None  # (model, optimizer, batch): the tuned group whose claim seeds it reads
+    alternatives: tuple = ()    # the same estimate at each rival LR its claim seeds trained at (same label, its lr)
+
+    @property
+    def uncovered(self):
+        """The rival LRs without claim seeds to test at: a verdict they could overturn cannot be decided."""
+        tested = {a.lr for a in self.alternatives}
+        return tuple(lr for lr in self.rivals if lr not in tested)
 
     @property
     def missing(self):
@@ -154,7 +174,8 @@ class Estimate:
 
     def at(self, batch):
         """A copy labelled with its batch size (for statements across batches)."""
-        return dataclasses.replace(self, label=f"{self.label}@{batch}")
+        return dataclasses.replace(self, label=f"{self.label}@{batch}",
+                                   alternatives=tuple(a.at(batch) for a in self.alternatives))
 
     def text(self, digits=3):
         if self.missing:
@@ -168,16 +189,44 @@ class Estimate:
         return f"{self.label} {self.mean:.{digits}f}{spread} (n={self.n}{edge})"
 
 
-def of_values(label, values, setting=None, at_edge=False, lr=None, metric=None, rivals=(), group=None):
+def of_values(label, values, setting=None, at_edge=False, lr=None, metric=None, rivals=(), group=None,
+              alternatives=()):
     """An estimate from its claim seeds' values ({seed: value}); a non-finite value at any seed makes it
     a non-finite estimate (never dropped), said with its count."""
     xs = list(values.values())
     bad = [s for s, x in values.items() if not math.isfinite(x)]
     if bad:
         return Estimate(label, math.inf, at_edge=at_edge, lr=lr, failure=NON_FINITE, metric=metric, rivals=rivals,
-                        group=group, inf_text=f"non-finite at {len(bad)} of {len(xs)} claim seeds (seeds {', '.join(map(str, bad))})")
+                        group=group, alternatives=alternatives,
+                        inf_text=f"non-finite at {len(bad)} of {len(xs)} claim seeds (seeds {', '.join(map(str, bad))})")
     return Estimate(label, sum(xs) / len(xs), _sd(xs), len(xs), at_edge, lr, values=dict(values), setting=setting,
-                    metric=metric, rivals=rivals, group=group)
+                    metric=metric, rivals=rivals, group=group, alternatives=alternatives)
+
+
+def combination(template, leaves):
+    """template (an estimate, maybe a linear combination) with its leaves, in leaves() order, replaced by leaves."""
+    it = iter(leaves)
+
+    def rebuild(e):
+        if not e.parts:
+            return next(it)
+        parts = tuple((c, rebuild(x)) for c, x in e.parts)
+        missing = any(x.missing for _, x in parts)
+        mean = None if missing else sum(c * x.mean for c, x in parts)
+        return dataclasses.replace(e, parts=parts, mean=None if mean is None or math.isnan(mean) else mean)
+    return rebuild(template)
+
+
+def at_rivals(a, b, varied):
+    """Every (a', b') with the leaves that varied(coefficient, leaf) selects at any of their rival LRs (the others at
+    their chosen LR), the all-chosen pair left out: the comparisons an intersection-union test adds to the choice's."""
+    leaves = a.leaves() + b.leaves(-1.0)
+    options = [[e, *(e.alternatives if varied(k, e) else ())] for k, e in leaves]
+    n = len(a.leaves())
+    for combo in itertools.product(*options):
+        if all(x is e for x, (_, e) in zip(combo, leaves)):
+            continue
+        yield combination(a, combo[:n]), combination(b, combo[n:])
 
 
 @dataclass
@@ -390,9 +439,39 @@ class Row:
     p_value: float | None = None   # the evidence for the statement here (below alpha: this setting holds)
     why: str = ""                  # an inconclusive verdict's reason
     detail: str = ""               # the verdict in words
+    for_side: list = field(default_factory=list)       # (where, Comparison) at the rival LRs that could overturn held
+    against_side: list = field(default_factory=list)   # ... a did-not-hold
+    p_against: float | None = None     # did-not-hold's p here, Holm-adjusted over the statement's settings
+    p_equivalent: float | None = None  # equivalence's (TOST) p here
+
+    def evidence(self, chosen_only=False):
+        """This setting's Evidence: at the chosen LRs, and unless chosen_only at every rival LR that could overturn it."""
+        extra = lambda side: [] if chosen_only else [c for _, c in side]  # noqa: E731
+        return Evidence.of(self.kind, [self.comparison, *extra(self.for_side)],
+                           [self.comparison, *extra(self.against_side)])
+
+    def rival_comparisons(self, verdict):
+        return {HELD: self.for_side, NOT_HELD: self.against_side,
+                EQUIVALENT: self.for_side + self.against_side}.get(verdict, [])
+
+    def rival_words(self, verdict):
+        """The comparisons at the rival LRs a verdict had to hold at, in words: all of them where it did, the first it
+        did not hold at otherwise."""
+        found = self.rival_comparisons(verdict)
+        words = []
+        for where, c in found:
+            if not c.testable:
+                words.append(f"{where}: {c.detail}")
+            else:
+                low, high = c.interval(self.alpha)
+                words.append(f"{where}: difference {c.difference:+.4g}, interval [{low:+.4g}, {high:+.4g}]")
+        if self.verdict == INCONCLUSIVE:
+            return "not at every rival LR of a close call (an intersection-union test: the verdict must hold at each) " \
+                   f"({'; '.join(words)})"
+        return f"and at every rival LR of a close call ({'; '.join(words)})"
 
     def close_calls(self):
-        """The terms whose LR choice was a close call: a grid LR within the seed noise of the chosen one."""
+        """The terms whose LR choice was a close call: an LR within the seed noise of the chosen one."""
         c = self.comparison
         return [e for _, e in c.subject.leaves() + c.reference.leaves() if e.rivals]
 
@@ -401,19 +480,21 @@ class Row:
         close = self.close_calls()
         if not close:
             return "clear: every other grid LR was worse than the choice by more than the seed noise"
-        return "close: " + "; ".join(f"{e.label}'s grid seeds put {', '.join(e.rivals)} within the seed noise of its "
-                                     f"choice {e.lr}" for e in close)
+        return "close: " + "; ".join(
+            f"{e.label}'s grid seeds put {', '.join(e.rivals)} within the seed noise of its choice {e.lr}"
+            + (f" (no claim seeds at {', '.join(e.uncovered)})" if e.uncovered else " (claim seeds there too)")
+            for e in close)
 
     @property
     def about(self):
-        return AT_CHOSEN_LRS if self.close_calls() else ABOUT_OPTIMIZERS
+        """A decided verdict held at every rival LR that could overturn it: it is about the optimizers."""
+        return ABOUT_OPTIMIZERS
 
     def reason(self):
         s, c = self.setting, self.comparison
         where = f"{s.model} at batch {s.batch}" if s.batch != "" else s.model
         extra = "".join(f"; {x}" for x in (s.not_tested, s.note) if x)
-        scope = "" if self.verdict not in DECIDED or not self.close_calls() else f" ({AT_CHOSEN_LRS}: {self.lr_choice})"
-        return f"{where}: {c.subject.text()} vs {c.reference.text()}: {self.detail}{scope}{extra}"
+        return f"{where}: {c.subject.text()} vs {c.reference.text()}: {self.detail}{extra}"
 
     def to_dict(self):
         s, c = self.setting, self.comparison
@@ -461,6 +542,37 @@ def evidence(c, kind):
     return c.p_below(0.0), c.p_above(0.0), c.rises, c.falls, d < -tol, d > tol
 
 
+@dataclass
+class Evidence:
+    """One setting's tests, read by the verdict rules: for the statement (held), against it (did not hold), and
+    equivalence, each the largest p (and every point estimate on its side) over the comparisons it must hold at."""
+    p_for: float
+    p_against: float
+    point_for: bool
+    point_against: bool
+    p_equivalent: float
+
+    @classmethod
+    def of(cls, kind, for_side, against_side):
+        """for_side: the comparisons a held verdict must hold at (the choice's, and those at the rival LRs of the terms
+        that could overturn it), against_side: a did-not-hold's; an untestable one gives p = 1 on its side."""
+        def worst(comps, side):
+            ps, points = [], []
+            for c in comps:
+                if not c.testable:
+                    return 1.0, False
+                p_for, p_against, _, _, point_for, point_against = evidence(c, kind)
+                ps.append(p_for if side == "for" else p_against)
+                points.append(point_for if side == "for" else point_against)
+            return max(ps), all(points)
+        p_for, point_for = worst(for_side, "for")
+        p_against, point_against = worst(against_side, "against")
+        # TOST: d < +tol must hold wherever a term that could raise d is at a rival, d > -tol wherever one could lower it
+        upper = max((c.p_below(c.tolerance) if c.testable else 1.0) for c in for_side)
+        lower = max((c.p_above(-c.tolerance) if c.testable else 1.0) for c in against_side)
+        return cls(p_for, p_against, point_for, point_against, max(upper, lower) if kind == LOWER else 1.0)
+
+
 def holm(ps, alpha):
     """Which of the p-values Holm's step-down procedure rejects at family level alpha."""
     order = sorted(range(len(ps)), key=lambda i: ps[i])
@@ -472,41 +584,66 @@ def holm(ps, alpha):
     return rejected
 
 
-def judge(row, against_rejected):
-    """A tested row's verdict and why, given whether Holm rejected its 'against' null."""
+def holm_adjusted(ps):
+    """Holm's adjusted p-values (the smallest family level at which each is rejected), in the order given."""
+    order = sorted(range(len(ps)), key=lambda i: ps[i])
+    adjusted, running = [1.0] * len(ps), 0.0
+    for step, i in enumerate(order):
+        running = max(running, min(1.0, (len(ps) - step) * ps[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def _verdict(kind, alpha, ev, against_rejected, c):
+    """(verdict, the grid-edge terms that block it) from a setting's evidence."""
+    if ev.p_for < alpha and ev.point_for:
+        return HELD, c.rises
+    if against_rejected and ev.point_against:
+        return NOT_HELD, c.falls
+    if kind == LOWER and ev.p_equivalent < alpha:
+        return EQUIVALENT, c.falls + c.rises
+    return INCONCLUSIVE, []
+
+
+def judge(row, against_rejected, chosen_against_rejected):
+    """A tested row's verdict and why, given whether Holm rejected its 'against' null (over the comparisons at the
+    rival LRs too, and at the chosen LRs alone)."""
     c, kind, alpha = row.comparison, row.kind, row.alpha
     if not c.testable:
         row.verdict, row.why, row.detail = INCONCLUSIVE, c.failure, c.detail
         return
-    p_for, p_against, block_for, block_against, point_for, point_against = evidence(c, kind)
-    # The p of the held verdict's own test: its one-sided t where the point estimate is on the statement's side
-    # and no grid edge could overturn it, 1 where it cannot hold at any level.
-    row.p_value = p_for if point_for and not block_for else 1.0
+    ev, chosen = row.evidence(), row.evidence(chosen_only=True)
+    # The p of the held verdict's own test: the largest of its one-sided t's (at the choice and at every rival that
+    # could overturn it) where every point estimate is on the statement's side and no grid edge could overturn it,
+    # 1 where it cannot hold at any level.
+    row.p_value = ev.p_for if ev.point_for and not c.rises else 1.0
+    row.p_equivalent = ev.p_equivalent if kind == LOWER else None
     low, high = c.interval(alpha)
     test = "non-inferiority: " if kind == NO_WORSE else ""
     words = (f"{test}difference {c.difference:+.4g}, {1 - 2 * alpha:.0%} interval [{low:+.4g}, {high:+.4g}] (each end "
              f"a one-sided test at {alpha:g}), tolerance ± {c.tolerance:.3g} ({c.basis})")
-    equivalent = kind == LOWER and max(c.p_below(c.tolerance), c.p_above(-c.tolerance)) < alpha
     holm = f"Holm's correction over the statement's {row.tests} settings" if row.tests > 1 else ""
-    if p_for < alpha and point_for:
-        verdict, blockers = HELD, block_for
-    elif against_rejected and point_against:
-        verdict, blockers = NOT_HELD, block_against
-    elif equivalent:
-        verdict, blockers = EQUIVALENT, c.falls + c.rises
-    else:
-        verdict, blockers = INCONCLUSIVE, []
+    verdict, blockers = _verdict(kind, alpha, ev, against_rejected, c)
+    at_choice, choice_blockers = _verdict(kind, alpha, chosen, chosen_against_rejected, c)
+    if verdict == INCONCLUSIVE and at_choice != INCONCLUSIVE and not choice_blockers:
+        row.verdict, row.why = INCONCLUSIVE, CLOSE_CALL
+        row.detail = f"{at_choice} at the chosen LRs, {row.rival_words(at_choice)}; at the chosen LRs: {words}"
+        return
+    blockers = blockers or (choice_blockers if verdict == INCONCLUSIVE else [])
     if blockers:
         e = blockers[0]
         row.verdict, row.why = INCONCLUSIVE, EDGE
         either = "" if e.metric == SELECTION_METRIC else " (more tuning could move this metric either way)"
-        row.detail = f"{verdict} by the test, but {e.label}'s best LR {e.lr} is on its grid edge{either}; {words}"
+        shown = verdict if verdict != INCONCLUSIVE else at_choice
+        row.detail = f"{shown} by the test, but {e.label}'s best LR {e.lr} is on its grid edge{either}; {words}"
         return
     row.verdict = verdict
     if verdict == NOT_HELD and holm:
         words += f"; decided after {holm}"
+    if verdict in DECIDED and row.rival_comparisons(verdict):
+        words += f"; {row.rival_words(verdict)}"
     if verdict == INCONCLUSIVE:
-        if point_against and p_against < alpha and holm:
+        if ev.point_against and ev.p_against < alpha and holm:
             row.why, words = HOLM, f"on the other side at {alpha:g} in this setting, but not after {holm}; {words}"
         else:
             row.why = TOO_FEW if abs(c.difference) > c.tolerance else WITHIN
@@ -527,8 +664,20 @@ class Statement:
 
     @property
     def p_value(self):
-        """The intersection–union p: the largest of the tested settings' (None when one has none)."""
+        """The intersection–union p of held: the largest of the tested settings' (None when one has none)."""
         ps = [r.p_value for r in self.rows if r.verdict not in (NOT_TESTED, DESCRIPTIVE)]
+        return max(ps) if ps and None not in ps else None
+
+    @property
+    def p_against(self):
+        """The p of did not hold: the smallest of the settings' Holm-adjusted ones (any setting against it refutes it)."""
+        ps = [r.p_against for r in self.rows if r.verdict not in (NOT_TESTED, DESCRIPTIVE) and r.p_against is not None]
+        return min(ps) if ps else None
+
+    @property
+    def p_equivalent(self):
+        """The intersection–union p of equivalent: the largest of the settings' TOST p (None when one has none)."""
+        ps = [r.p_equivalent for r in self.rows if r.verdict not in (NOT_TESTED, DESCRIPTIVE)]
         return max(ps) if ps and None not in ps else None
 
     @property
@@ -542,33 +691,40 @@ class Statement:
 
     @property
     def about(self):
-        """What a decided verdict is about: the optimizers, or the chosen LRs where a choice was a close call."""
-        judged = [r for r in self.rows if r.verdict not in (NOT_TESTED, DESCRIPTIVE)]
-        return AT_CHOSEN_LRS if any(r.close_calls() for r in judged) else ABOUT_OPTIMIZERS
+        """What a decided verdict is about: the optimizers (it held at every rival LR of a close call it rests on)."""
+        return ABOUT_OPTIMIZERS
 
     def needs_seeds(self):
         """The groups (model, optimizer, batch) behind every term of an undecided statement that more claim seeds
-        could decide (a setting inconclusive for want of seeds), or none: a second look trains them all, so
-        that its test of the statement reads the same seeds in every term, as if the look had been certain."""
-        if self.result != INCONCLUSIVE or not any(r.why in SEED_LIMITED for r in self.rows):
+        could decide (a setting inconclusive for want of seeds, or a close call tested at every rival LR), or none: a
+        second look trains them all, at the chosen LR and its rivals, so that its test of the statement reads the same
+        seeds in every term, as if the look had been certain."""
+        def seed_limited(r):
+            if r.why in SEED_LIMITED:
+                return True
+            return r.why == CLOSE_CALL and not any(c.failure == CLOSE_CALL for _, c in r.for_side + r.against_side)
+        if self.result != INCONCLUSIVE or not any(seed_limited(r) for r in self.rows):
             return []
         judged = [r for r in self.rows if r.verdict not in (NOT_TESTED, DESCRIPTIVE)]
         return sorted({e.group for r in judged for c in (r.comparison.subject, r.comparison.reference)
                        for _, e in c.leaves() if e.n and e.group}, key=repr)
 
     def test_key(self):
-        """The test's identity: the same comparisons of the same numbers, whichever artifact states them and however
-        it names the setting (mal_tables' "M" is mal_vs_step's "M, layers 1-4"): the summary's Benjamini–Hochberg
-        line counts each distinct test once."""
-        return "|".join(f"{r.kind}:{r.comparison.subject.label}:{r.comparison.reference.label}:"
-                        f"{r.comparison.difference!r}:{r.comparison.se!r}:{r.comparison.tolerance!r}"
-                        for r in self.rows if r.kind != DESCRIPTIVE)
+        """The test's identity: the same comparisons of the same groups' claim seeds on the same metric, whichever
+        artifact states them and however it names them (mal_tables' "M" is mal_vs_step's "M, layers 1-4"): the
+        summary's Benjamini–Hochberg lines count each distinct test once."""
+        def term(k, e):
+            who = f"{'/'.join(map(str, e.group))}@{e.lr}" if e.group else f"{e.label}={e.mean!r}"
+            return f"{k:+g}*{who}:{e.metric}:{len(e.values or {})}"
+        return "|".join(f"{r.kind}:" + ",".join(sorted(term(k, e) for k, e in r.comparison.subject.leaves()
+                                                       + r.comparison.reference.leaves(-1.0)))
+                        + f":{r.comparison.tolerance!r}" for r in self.rows if r.kind != DESCRIPTIVE)
 
     def to_dict(self):
         where = [f"{r.setting.model} bs{r.setting.batch}" for r in self.rows]
         return _json_safe({"claim": self.claim, "kind": self.kind, "origin": self.origin, "result": self.result,
                            "why": self.why, "about": self.about if self.result in DECIDED else "",
-                           "p_value": self.p_value, "settings": len(self.rows), "test_key": self.test_key(),
+                           "p_value": self.p_value, "p_against": self.p_against, "p_equivalent": self.p_equivalent, "settings": len(self.rows), "test_key": self.test_key(),
                            "needs_seeds": [list(g) for g in self.needs_seeds()],
                            "where": where[0] if len(where) == 1 else f"{len(where)} settings",
                            "reasons": self.reasons()})
@@ -578,27 +734,57 @@ def statement(claim, settings, stats, kind=LOWER, pooled=None):
     """Test a statement in each of its settings (held at alpha each; did not hold after Holm over the k
     settings that can test it) and combine. A setting may carry its own kind (``Setting.kind``): an ordering
     the paper prints there but does not claim is descriptive, one whose printed gap is below the tolerance
-    is tested as non-inferiority (``NO_WORSE``)."""
+    is tested as non-inferiority (``NO_WORSE``). Where a term's LR choice was a close call, each verdict must hold at
+    every rival LR of the terms that could overturn it too (``rival_sides``)."""
     rows = [Row(claim, s.kind or kind, s, compare(s.subject, s.reference, stats, s.floor, pooled, s.extra_variance), "",
                 0, stats.alpha) for s in settings]
     for r in rows:
         if r.kind == DESCRIPTIVE:
             describe(r)
+        elif r.comparison.testable:
+            r.for_side, r.against_side = rival_sides(r.setting, stats, pooled, r.comparison.tolerance)
     testable = [r for r in rows if not r.setting.not_tested and r.kind != DESCRIPTIVE]
     decidable = [r for r in testable if r.comparison.testable]
-    against = holm([evidence(r.comparison, r.kind)[1] for r in decidable], stats.alpha)
-    rejected = {id(r): x for r, x in zip(decidable, against)}
+    against = [r.evidence().p_against for r in decidable]
+    rejected = {id(r): x for r, x in zip(decidable, holm(against, stats.alpha))}
+    chosen = holm([r.evidence(chosen_only=True).p_against for r in decidable], stats.alpha)
+    chosen_rejected = {id(r): x for r, x in zip(decidable, chosen)}
+    for r, p in zip(decidable, holm_adjusted(against)):
+        r.p_against = p if r.evidence().point_against and not r.comparison.falls else 1.0
     for r in rows:
         if r.kind == DESCRIPTIVE:
             continue
         r.tests = len(testable)
-        judge(r, rejected.get(id(r), False))
+        judge(r, rejected.get(id(r), False), chosen_rejected.get(id(r), False))
         if r.setting.not_tested:
             r.verdict, r.why, r.tests = NOT_TESTED, "", 0
     judged = [r.verdict for r in rows if r.kind != DESCRIPTIVE]
     kinds = {r.kind for r in rows if r.kind != DESCRIPTIVE}
     return Statement(claim, kinds.pop() if len(kinds) == 1 else kind if kinds else DESCRIPTIVE, rows,
                      combine(judged) if judged else DESCRIPTIVE)
+
+
+def rival_sides(setting, stats, pooled, tolerance):
+    """([(where, Comparison)] at the rival LRs that could overturn a held verdict, ... a did-not-hold): a term whose
+    lowering would raise d (the reference's, for the metric tuning selects on) at each of its rival LRs, the other
+    terms at their choice; for any other metric every term, either way. A rival without claim seeds gives an
+    untestable comparison (a close call no seed can settle)."""
+    a, b = setting.subject, setting.reference
+    leaves = a.leaves() + b.leaves(-1.0)
+    sides = []
+    for sign in (-1, 1):   # held's overturning terms, then did-not-hold's
+        def varied(k, e, sign=sign):
+            return e.metric != SELECTION_METRIC or k * sign > 0
+        found = [(f"{e.label} at {', '.join(e.uncovered)}",
+                  Comparison(a, b, failure=CLOSE_CALL, detail=f"no claim seeds at {e.label}'s rival LR "
+                                                              f"{', '.join(e.uncovered)} to test at"))
+                 for k, e in leaves if varied(k, e) and e.uncovered]
+        for a2, b2 in at_rivals(a, b, varied):
+            moved = [f"{x.label} at {x.lr}" for (_, x), (_, y) in zip(a2.leaves() + b2.leaves(-1.0), leaves)
+                     if x is not y]
+            found.append((", ".join(moved), compare(a2, b2, stats, tolerance, pooled, setting.extra_variance)))
+        sides.append(found)
+    return sides[0], sides[1]
 
 
 def describe(row):
@@ -613,8 +799,9 @@ def describe(row):
 def combine(verdicts):
     """Held when every testable setting holds, did not hold when any does not (Holm-corrected), equivalent when
     every one is equivalent, not tested when none can test; otherwise inconclusive. Held in some settings and
-    equivalent in others is neither: "lower everywhere" is false where a setting is within the tolerance, and
-    "within the tolerance everywhere" is false where one is confidently beyond it."""
+    equivalent in others is neither: "lower everywhere" is not shown where a setting is only shown within the
+    tolerance (it may be above 0 there), and "within the tolerance everywhere" is false where one is confidently
+    beyond it."""
     tested = [v for v in verdicts if v != NOT_TESTED]
     if not tested:
         return NOT_TESTED if verdicts else INCONCLUSIVE

@@ -53,8 +53,10 @@ def decision_problems(decision, spec):
         if cell["lr"] not in lrs or cell["seed"] not in seeds:
             problems.append(f"it kept lr {cell['lr']} seed {cell['seed']}, which is not in its grid "
                             f"{sorted(lrs, key=float)} x seeds {sorted(seeds)}")
-        elif cell.get("seed_origin") == SECOND_LOOK and cell["lr"] != decision.get("best_lr"):
-            problems.append(f"its second look trained lr {cell['lr']}, not its chosen LR {decision.get('best_lr')}")
+        elif cell.get("seed_origin") == SECOND_LOOK and cell["lr"] not in [decision.get("best_lr"),
+                                                                             *(decision.get("rivals") or [])]:
+            problems.append(f"its second look trained lr {cell['lr']}, not its chosen LR {decision.get('best_lr')} "
+                            "or a rival of it")
     return problems
 
 

@@ -82,13 +82,23 @@ def cells_table(decisions):
     return pd.DataFrame(rows, columns=GROUP_COLUMNS + ["lr", "seed", "lr_origin", "seed_origin"])
 
 
+def grid_se(decision):
+    """The standard error of one LR's grid-seed mean loss: the group's own claim-seed sd over sqrt(grid seeds), or None
+    without a spread (merit_repro.plan.tuning.choice_sd)."""
+    sd, seeds = decision.get("choice_sd"), {c["seed"] for c in decision["cells"] if c["seed_origin"] == "grid"}
+    return sd / math.sqrt(len(seeds)) if sd is not None and seeds else None
+
+
 def _grid_text(decision):
-    """The whole grid of a group in one line: LR (+ when added by an extension): mean loss or 'diverged'."""
-    parts = []
+    """The whole grid of a group in one line: LR (+ when added by an extension, * the choice, ~ a rival: a close
+    call): grid-seed mean loss ± its standard error, or 'diverged'."""
+    parts, se, rivals = [], grid_se(decision), decision.get("rivals", [])
     for row in decision["table"]:
-        mark = "+" if row["lr"] in decision["extensions"] else ""
+        mark = ("+" if row["lr"] in decision["extensions"] else "") + (
+            "*" if row["lr"] == decision["best_lr"] else "~" if row["lr"] in rivals else "")
         value = (f"diverged (seeds {', '.join(map(str, row['diverged_seeds']))})" if row["disqualified"]
-                 else f"{row['selection_loss']:.4f}" if row["selection_loss"] is not None else "missing")
+                 else f"{row['selection_loss']:.4f}" + (f" ± {se:.4f}" if se is not None else "")
+                 if row["selection_loss"] is not None else "missing")
         parts.append(f"{row['lr']}{mark}: {value}")
     return "; ".join(parts)
 
@@ -104,6 +114,7 @@ def best_lr_table(decisions, runs):
         row = {k: g[k] for k in GROUP_COLUMNS}
         row.update(status=d["status"], lr=d["best_lr"], at_edge=bool(d["at_edge"]), n_lrs=len(d["table"]),
                    extensions=" ".join(d["extensions"]), n_diverged=sum(len(r["diverged_seeds"]) for r in d["table"]),
+                   rivals=" ".join(d.get("rivals", [])), choice_sd=d.get("choice_sd"), grid_se=grid_se(d),
                    grid=_grid_text(d))
         if d["best_lr"] is not None:
             seeds = [c["seed"] for c in d["cells"] if c["lr"] == d["best_lr"] and c["seed_origin"] in REPORTING]
@@ -121,8 +132,8 @@ def best_lr_table(decisions, runs):
             layers = at_best.peak_mal_layer.dropna()
             row["peak_mal_layer"] = int(layers.mode().min()) if len(layers) else None
         rows.append(row)
-    columns = GROUP_COLUMNS + ["status", "lr", "at_edge", "n_lrs", "extensions", "n_diverged", "n_seeds", "seeds",
-                               "n_claim_diverged"] + \
+    columns = GROUP_COLUMNS + ["status", "lr", "at_edge", "n_lrs", "extensions", "rivals", "choice_sd", "grid_se",
+                               "n_diverged", "n_seeds", "seeds", "n_claim_diverged"] + \
         [c for m in AGGREGATED for c in (m, f"{m}_std", f"{m}_n")] + ["peak_mal_layer", "grid"]
     return pd.DataFrame(rows).reindex(columns=columns)
 

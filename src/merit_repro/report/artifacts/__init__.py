@@ -47,7 +47,7 @@ def load_context(experiment, config, runs_csv, cells_csv, best_csv, paper_csv, r
     results = Path(results or paths.results_of_table(Path(runs_csv).resolve())).resolve()
     runs["run_dir"] = [str(results / d) for d in runs.run_dir]
     cells = pd.read_csv(cells_csv, dtype={"lr": str, "tokens": str})
-    best = pd.read_csv(best_csv, dtype={"lr": str, "tokens": str, "seeds": str})
+    best = pd.read_csv(best_csv, dtype={"lr": str, "tokens": str, "seeds": str, "rivals": str})
     keys = ["model", "tokens", "optimizer", "batch", "lr", "seed"]
     mine = cells[cells.experiment == experiment].drop_duplicates(keys).merge(runs, on=keys, how="left")
     return Context(experiment, config, mine, best[best.experiment == experiment].reset_index(drop=True),

@@ -18,7 +18,7 @@ from merit_repro.config.configfiles import with_defaults
 from merit_repro.config import optimizer_sources
 from merit_repro.config.registry import OPTIMIZERS
 from merit_repro.plan.grid import grid_seeds, looks
-from merit_repro.plan.tuning import SELECTION_METRIC
+from merit_repro.plan.tuning import CLAIM, SELECTION_METRIC
 from merit_repro.report.claims import (
     ADDED,
     DESCRIPTIVE,
@@ -68,6 +68,12 @@ class Context(PaperNumbers):
     def stats(self):
         return Stats.from_report(self.report, looks(self.config))
 
+    @property
+    def stats_once(self):
+        """The stats of statements judged once whatever the looks (zero-shot scores only the claim seeds): the full
+        alpha."""
+        return Stats.from_report(self.report)
+
     def optimizers(self):
         return list(self.spec["optimizers"])
 
@@ -99,11 +105,12 @@ class Context(PaperNumbers):
     def batches(self, model):
         return sorted(int(b) for b in self.best[self.best.model == model].batch.unique())
 
-    def estimate(self, model, optimizer, batch, metric="final_val_loss", choice=True):
+    def estimate(self, model, optimizer, batch, metric="final_val_loss", choice=True, lr=None):
         """One optimizer's result at its first-choice LR at one batch size, over its claim seeds
         (claims.Estimate, with each seed's value for paired tests). A tuning failure (every LR diverged, or
         claim seeds diverged at the chosen LR) is an infinite estimate that says so with its counts. choice: with
-        the LRs that rival the choice (``rivals``; the pooled noise they are judged by is computed without)."""
+        the LRs that rival the choice (``rivals``) and the estimate at each of them its claim seeds trained at
+        (``alternatives``); lr: at that rival LR instead of the choice (the chosen LR's seeds)."""
         label = self.label(model, optimizer)
         row = self.best_row(model, optimizer, batch)
         if row is None:
@@ -115,22 +122,47 @@ class Context(PaperNumbers):
         if failed:
             return Estimate(label, math.inf, at_edge=bool(row.at_edge), lr=row.lr, metric=metric,
                             inf_text=f"diverged on {failed} of {int(row.n_seeds)} claim seeds at its chosen LR {row.lr}")
-        runs, rivals = self.seed_runs(model, optimizer, batch), self.rivals(model, optimizer, batch) if choice else ()
+        runs = self.seed_runs(model, optimizer, batch, lr)
+        rivals, alternatives = self.choice(model, optimizer, batch, lambda x: self.estimate(
+            model, optimizer, batch, metric, False, x)) if choice else ((), ())
         values = {int(s): float(v) for s, v in zip(runs.seed, pd.to_numeric(runs[metric], errors="coerce"))
                   if pd.notna(v)} if metric in runs else {}
         group = (model, optimizer, int(batch))
         if values:
-            return of_values(label, values, (model, batch), bool(row.at_edge), row.lr, metric, rivals, group)
+            return of_values(label, values, (model, batch), bool(row.at_edge) and lr is None, lr or row.lr, metric,
+                             rivals, group, alternatives)
+        if lr is not None:
+            return Estimate(label, None, lr=lr)
         mean, n = row.get(metric), row.get(f"{metric}_n", row.n_seeds)   # a metric of the group only
         return Estimate(label, None if pd.isna(mean) else float(mean), _number(row.get(f"{metric}_std")),
                         int(n) if pd.notna(n) else 0, bool(row.at_edge), row.lr, metric=metric, rivals=rivals,
                         group=group)
 
+    def choice(self, model, optimizer, batch, at_lr):
+        """(the rival LRs of a group's choice, the estimates at those its chosen LR's seeds trained at, from at_lr(lr)):
+        an LR whose claim seeds diverged there is no rival (a diverged LR cannot be the best)."""
+        rivals = self.rivals(model, optimizer, batch)
+        found = []
+        for lr in rivals:
+            runs, seeds = self.seed_runs(model, optimizer, batch, lr), self.seed_runs(model, optimizer, batch).seed
+            if set(runs.seed) != set(seeds):
+                continue   # uncovered: the verdicts it could overturn stay undecided
+            if (runs.status != "ok").any():
+                rivals = tuple(x for x in rivals if x != lr)
+                continue
+            e = at_lr(lr)
+            if not e.missing:
+                found.append(e)
+        return rivals, tuple(found)
+
     def rivals(self, model, optimizer, batch):
-        """The grid LRs whose grid-seed loss is within the seed noise of the chosen LR's (report.lr_choice_noise
-        standard deviations of a difference of two grid-seed means, from the pooled claim-seed spread of the
-        loss): the LRs another grid seed could have chosen. A verdict resting on such a choice is about the
-        chosen LRs, not the optimizers."""
+        """The LRs whose grid-seed loss is within tuning.lr_choice_noise standard deviations of a difference
+        of two grid-seed means of the chosen LR's, by the group's own claim-seed spread (``choice_sd`` in best_lr.csv,
+        as tuning judged them: ``rivals``), or the experiment's pooled one where the group has none of its own (one
+        claim seed). A verdict a rival could overturn must hold there too. Not max(own, pooled): a group's spread is
+        its own (the demo's differ tenfold between its batch sizes), and the pool would judge a quiet group's choice
+        by the noisy ones' noise, leaving close calls it flags untested (LR choice a close call) where the group's
+        own seeds say the choice was clear."""
         key = (model, optimizer, int(batch))
         if key not in self._rivals:
             self._rivals[key] = self._close_to_choice(*key)
@@ -138,27 +170,34 @@ class Context(PaperNumbers):
 
     @functools.cached_property
     def _choice_noise(self):
-        """(grid seeds, the sd of a difference of two grid-seed means of the loss, times report.lr_choice_noise), or
-        None without a pooled claim-seed spread; once per experiment, not once per group."""
-        pooled, seeds = self.pooled(SELECTION_METRIC, paper=False), grid_seeds(self.config, self.experiment)
-        if pooled is None:
-            return None
-        return seeds, self.stats.lr_choice_noise * pooled.std * math.sqrt(2 / len(seeds))
+        """(grid seeds, the experiment's pooled claim-seed sd of the loss at the chosen and rival LRs, tuning's
+        lr_choice_noise), once per experiment: the claim seeds only (never a second look's), as tuning judged."""
+        r = self.runs[self.runs.seed_origin == CLAIM]
+        r = r[r.status == "ok"]
+        losses = pd.to_numeric(r[SELECTION_METRIC], errors="coerce")
+        by_cell = losses.groupby([r.model, r.optimizer, r.batch, r.lr]).agg(["var", "count"]).dropna()
+        df = float((by_cell["count"] - 1).sum())
+        pooled = math.sqrt(float(((by_cell["count"] - 1) * by_cell["var"]).sum()) / df) if df else None
+        return grid_seeds(self.config, self.experiment), pooled, float(with_defaults(self.config, "tuning")
+                                                                       ["lr_choice_noise"])
 
     def _close_to_choice(self, model, optimizer, batch):
         row = self.best_row(model, optimizer, batch)
-        if row is None or row.status != "ok" or self._choice_noise is None:
+        if row is None or row.status != "ok":
             return ()
-        seeds, noise = self._choice_noise
+        seeds, pooled, noise = self._choice_noise
+        found = set(str(row.get("rivals", "") or "").split()) if pd.notna(row.get("rivals")) else set()
+        own = row.get("choice_sd")
+        sd = float(own) if own is not None and pd.notna(own) else pooled
         r = self.runs
         cells = r[(r.model == model) & (r.optimizer == optimizer) & (r.batch == batch) & r.seed.isin(seeds)]
         losses = pd.to_numeric(cells[SELECTION_METRIC], errors="coerce").where(cells.status == "ok")
         by_lr = losses.groupby(cells.lr).agg(["mean", "count"])
         by_lr = by_lr[by_lr["count"] == len(seeds)]["mean"]
-        if row.lr not in by_lr.index:
-            return ()
-        return tuple(lr for lr in sorted(by_lr.index, key=float)
-                     if lr != row.lr and by_lr[lr] - by_lr[row.lr] <= noise)
+        if sd is not None and row.lr in by_lr.index:
+            margin = noise * sd * math.sqrt(2 / len(seeds))
+            found |= {lr for lr in by_lr.index if lr != row.lr and by_lr[lr] - by_lr[row.lr] <= margin}
+        return tuple(sorted(found, key=float))
 
     def tested(self, model, optimizer, batch, metric="final_val_loss", choice=True):
         """The estimate a statement tests: the metric's, or its logarithm's for a LOG_SCALE metric."""
@@ -182,14 +221,14 @@ class Context(PaperNumbers):
         return Pooled.of([self.tested(r.model, r.optimizer, r.batch, metric, choice=False)
                           for r in self.best.itertuples() if not paper or r.optimizer in OPTIMIZERS])
 
-    def seed_runs(self, model, optimizer, batch):
-        """The runs of the claim seeds at a group's best LR (empty when it has none)."""
+    def seed_runs(self, model, optimizer, batch, lr=None):
+        """The runs of the claim seeds at a group's best LR (empty when it has none), or at lr with the same seeds."""
         row = self.best_row(model, optimizer, batch)
         if row is None or row.status != "ok" or pd.isna(row.seeds):
             return self.runs.iloc[0:0]
         seeds = [int(s) for s in str(row.seeds).split()]
         r = self.runs
-        return r[(r.model == model) & (r.optimizer == optimizer) & (r.batch == batch) & (r.lr == row.lr)
+        return r[(r.model == model) & (r.optimizer == optimizer) & (r.batch == batch) & (r.lr == (lr or row.lr))
                  & r.seed.isin(seeds)].drop_duplicates("run_dir")
 
     def seed_mean_curve(self, model, optimizer, batch, read):
@@ -285,7 +324,7 @@ def log_of(e):
     if not e.values:
         return e
     return of_values(f"log {e.label}", {s: math.log(v) if v > 0 else -math.inf for s, v in e.values.items()},
-                     e.setting, e.at_edge, e.lr, e.metric, e.rivals, e.group)
+                     e.setting, e.at_edge, e.lr, e.metric, e.rivals, e.group, tuple(map(log_of, e.alternatives)))
 
 
 def _number(value):

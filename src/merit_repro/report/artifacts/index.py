@@ -8,19 +8,27 @@ import pandas as pd
 
 from merit_repro.config.configfiles import with_defaults
 from merit_repro.plan.grid import looks, second_look_seeds
-from merit_repro.report.claims import AT_CHOSEN_LRS, PAPER, Stats, benjamini_hochberg
+from merit_repro.report.claims import PAPER, Stats, benjamini_hochberg
 from merit_repro.report.tables import to_markdown
 
+from .looks import by_statement
 from .paper import budget_only, stands_in
 
 CLAIM_COLUMNS = ["artifact", "experiment", "claim", "model", "batch", "subject", "reference", "subject_mean",
                  "subject_sd", "subject_n", "reference_mean", "reference_sd", "reference_n", "difference", "margin",
                  "basis", "verdict", "why", "kind", "test", "p_value", "ci_low", "ci_high", "correlation", "subject_lr",
-                 "reference_lr", "se", "df", "tolerance", "tests", "about", "lr_choice", "reason", "origin", "look"]
+                 "reference_lr", "se", "df", "tolerance", "tests", "about", "lr_choice", "bh", "reason", "origin", "look"]
 
 
-def claims_table(verdicts):
-    rows = [{"artifact": v["artifact"], "experiment": v["experiment"], **row} for v in verdicts for row in v["rows"]]
+def claims_table(verdicts, dropped=frozenset()):
+    """One row per comparison; bh: whether the Benjamini–Hochberg family of its statement's verdict keeps it (decided
+    statements only; dropped: not_kept's)."""
+    rows = []
+    for v in verdicts:
+        for s, found in by_statement(v):
+            bh = "" if s["result"] not in P_OF else (
+                "not kept" if (v.get("experiment"), s.get("test_key")) in dropped else "kept")
+            rows += [{"artifact": v["artifact"], "experiment": v["experiment"], **row, "bh": bh} for row in found]
     return pd.DataFrame(rows).reindex(columns=CLAIM_COLUMNS)
 
 
@@ -35,27 +43,33 @@ def looks_text(config, stats):
     return (f" Two looks at the claim seeds (`second_look_seeds` {', '.join(map(str, second_look_seeds(config)))}): "
             f"every statement is judged first on the claim seeds, at alpha {stats.alpha:g}, half the report's "
             f"{stats.alpha * stats.looks:g}; the groups behind a statement left inconclusive for want of seeds (too "
-            "few seeds, within margin, not after Holm's correction) are trained at the second-look seeds too, at the "
-            f"same chosen LR, and that statement is judged again on all of them at alpha {stats.alpha:g}; every "
+            "few seeds, within margin, not after Holm's correction, a close call tested at every rival LR) are trained "
+            "at the second-look seeds too, at the "
+            "same chosen LR and its rivals, and that statement is judged again on all of them at alpha "
+            f"{stats.alpha:g}; every "
             "other keeps its first verdict (`look` 1). A verdict is then false with probability at most "
             f"{stats.alpha * stats.looks:g} at either look, whatever they share; the zero-shot statements are judged "
-            "once, on the claim seeds their scores cover.")
+            f"once, on the claim seeds their scores cover, at the full alpha {stats.alpha * stats.looks:g}.")
 
 
 def protocol(config):
     """How a verdict is reached, said once: in the index, beside every table and in the README."""
-    stats = stats_of(config)
+    stats, noise = stats_of(config), with_defaults(config, "tuning")["lr_choice_noise"]
     tolerances = ", ".join(f"{k} {v:g}" for k, v in stats.tolerances.items())
     return (f"Each LR is chosen once, on the grid seeds ({', '.join(map(str, config.get('seeds', [0])))}), and "
             "reported over other seeds, the claim seeds, trained at that first choice afterwards: no seed both chooses "
             "and reports, and the choice is never revised on the seeds that report (a claim seed that diverges is "
             "counted as a divergence of that LR, not replaced). Values derived from a pilot (Figure 1's targets) come "
             "from pilot seeds that neither choose nor report. "
-            "What is compared (the estimand): each optimizer at the LR its grid chose (the config's `lr_grid`, "
-            "extended off its edges, the lowest final validation loss on the grid seeds), not at its optimum "
-            "between grid points; a verdict whose choice was a close call (another grid LR within "
-            f"{stats.lr_choice_noise:g} sd of the seed noise of the chosen one's grid-seed loss) reads "
-            "**at the chosen LRs** (`about`, `lr_choice`). "
+            "What is compared (the estimand): each optimizer at its best LR on its grid (the config's `lr_grid`, "
+            "extended off its edges), not at its optimum between grid points. The grid seeds' choice has noise of its "
+            f"own: where another LR's grid-seed loss is within {noise:g} sd of a difference of grid-seed means of the "
+            "chosen one's (the sd: the group's own claim-seed spread), the "
+            "choice was a close call, the claim seeds train at that rival LR too, and a verdict must hold at every "
+            "rival LR of the terms that could overturn it as at the choice (an intersection–union test: each at "
+            "alpha, no correction; `lr_choice`, and each group's grid with its standard errors in `best_lr.csv`). A "
+            "verdict that holds at the choice but not at a rival, or a rival without claim seeds, is **inconclusive** "
+            "(LR choice a close call), the chosen-LR result a note. "
             "A statement compares a subject with a reference, lower is better, in each of its settings: where every "
             "term has the same claim seeds (a seed's runs are one independent draw, within a model and batch or "
             "across them) by a paired t test on the per-seed contrasts, otherwise by Welch's t with Hsu's degrees of "
@@ -63,15 +77,16 @@ def protocol(config):
             f"one side of the tolerance only, so each is a one-sided test at alpha {stats.alpha:g}, and the interval "
             f"printed (`ci_low`, `ci_high`) is the {1 - 2 * stats.alpha:.0%} one whose ends they read. A difference "
             f"counts beyond a tolerance fixed before the runs (relative: {tolerances}; otherwise {stats.tolerance:g}; "
-            "perplexity and MAL on the log scale). **held**: in every setting the difference is beyond the tolerance "
-            "and the interval lies on the statement's side of 0 (each at alpha: an intersection–union test needs no "
-            "correction); **did not hold**: a setting is confidently on the other side after Holm's correction over "
+            "perplexity and MAL on the log scale). **held** means lower: in every setting the interval lies below 0 "
+            "(each at alpha: an intersection–union test needs no correction), and, so that a difference too small to "
+            "matter is never reported as held, its point estimate is beyond the tolerance; **did not hold**: a setting is confidently on the other side after Holm's correction over "
             "the statement's settings; **equivalent**: in every setting the interval lies within ± the tolerance "
-            "(two one-sided tests); held in some settings and equivalent in others is inconclusive; a paper gap "
+            "(two one-sided tests); held in some settings and equivalent in others is inconclusive (lower is not shown "
+            "where a setting is only shown within the tolerance); a paper gap "
             "below the tolerance is tested as **non-inferiority** (held: the interval lies below + the tolerance); "
             "**inconclusive**, with `why`: too few seeds (beyond the tolerance, but the noise covers it, or no spread "
             "to test against), within margin (inside the tolerance, not confidently), not after Holm's correction, "
-            "settings disagree, tuning failure: grid edge (a best LR on its grid's edge after the extensions: for "
+            "settings disagree, LR choice a close call, tuning failure: grid edge (a best LR on its grid's edge after the extensions: for "
             "the validation loss only where more tuning could overturn the verdict, since tuning minimises it; for "
             "every other metric always, since it can move either way with the LR), tuning failure: diverged (every "
             "LR, or claim seeds at the chosen one, with counts), missing, non-finite value; **not tested at this "
@@ -94,7 +109,9 @@ def protocol_summary(config):
 def write_index(verdict_paths, out, config, claims_csv=None):
     out = Path(out)
     verdicts = [json.loads(Path(p).read_text()) for p in sorted(map(str, verdict_paths))]
-    table = claims_table(verdicts)
+    alpha = stats_of(config).alpha * stats_of(config).looks
+    dropped = not_kept(verdicts, alpha)
+    table = claims_table(verdicts, dropped)
     table.to_csv(claims_csv or out.with_name("claims.csv"), index=False)
     stand_ins = {k: v for k, v in config["models"].items() if stands_in(config, k)}
     budgets = [k for k in config["models"] if any(k in e["models"] and budget_only(config, k, e)
@@ -124,10 +141,10 @@ def write_index(verdict_paths, out, config, claims_csv=None):
         if not v["statements"]:
             lines.append(f"| {link} | {v['experiment']} | {v.get('claim', 'descriptive')} | – | descriptive |")
         for s in v["statements"]:
-            about = f" ({s['about']})" if s.get("about") == AT_CHOSEN_LRS else ""
-            lines.append(f"| {link} | {v['experiment']} | {s['claim']} | {s['where']} | **{s['result']}**{about} |")
+            mark = f" ({NOT_KEPT})" if (v.get("experiment"), s.get("test_key")) in dropped else ""
+            lines.append(f"| {link} | {v['experiment']} | {s['claim']} | {s['where']} | **{s['result']}**{mark} |")
     recaps = [line for v in verdicts if v.get("recap") for line in ("", f"**{v['recap']}**")]
-    lines += ["", *summary(verdicts, stats_of(config).alpha), *recaps, "",
+    lines += ["", *summary(verdicts, alpha), *recaps, "",
               "## Every comparison", "", to_markdown(_compact(table)).rstrip()]
     for v in verdicts:
         stem = f"{v['artifact']}/{v['experiment']}"
@@ -135,8 +152,8 @@ def write_index(verdict_paths, out, config, claims_csv=None):
         if v.get("recap"):
             lines += ["", f"**{v['recap']}**"]
         for s in v["statements"]:
-            about = f" ({s['about']})" if s.get("about") == AT_CHOSEN_LRS else ""
-            lines += ["", f"{s['claim']}: **{s['result']}**{about}.", ""] + [f"- {reason}" for reason in s["reasons"]]
+            mark = f" ({NOT_KEPT})" if (v.get("experiment"), s.get("test_key")) in dropped else ""
+            lines += ["", f"{s['claim']}: **{s['result']}**{mark}.", ""] + [f"- {reason}" for reason in s["reasons"]]
         if v.get("notes"):
             lines += [""] + [f"Note: {note}." for note in v["notes"]]
         if v.get("differences"):
@@ -148,13 +165,57 @@ def write_index(verdict_paths, out, config, claims_csv=None):
     out.write_text("\n".join(lines) + "\n")
 
 
+# Each decided verdict's p-value, by verdict: the p of its own test (for a statement over settings, held and
+# equivalent the largest of the settings', did not hold the smallest Holm-adjusted one).
+P_OF = {"held": "p_value", "did not hold": "p_against", "equivalent": "p_equivalent"}
+NOT_KEPT = "not kept by Benjamini–Hochberg over the report"
+
+
+def distinct_tests(statements):
+    """{test: statement} of the statements a verdict was tested for, each distinct test once (the same comparisons of
+    the same groups' seeds on the same metric, whichever artifact states them), and how many repeated one."""
+    tested = [s for s in statements if s["result"] not in ("descriptive", "not tested at this scale")]
+    found = {s["test"]: s for s in tested}
+    return found, len(tested) - len(found)
+
+
+def bh_families(statements, alpha):
+    """{verdict: (the p-values of every distinct test, how many BH keeps, the tests it keeps)}: one Benjamini–Hochberg
+    family per decided verdict, over the p of that verdict's own test in every distinct tested statement (1 where it
+    cannot be reached), so that a report's refutations and equivalences are read with their multiplicity as its
+    held ones are."""
+    tested, _ = distinct_tests(statements)
+    out = {}
+    for verdict, key in P_OF.items():
+        ps = {t: (1.0 if s.get(key) is None else float(s[key])) for t, s in tested.items()}
+        kept = benjamini_hochberg(list(ps.values()), alpha) if ps else 0
+        threshold = sorted(ps.values())[kept - 1] if kept else -1.0
+        out[verdict] = (list(ps.values()), kept, {t for t, p in ps.items() if p <= threshold})
+    return out
+
+
+def not_kept(verdicts, alpha):
+    """The (experiment, test key) of every decided statement that its verdict's Benjamini–Hochberg family does not
+    keep (each family of origin apart: the paper's statements, the comparisons a config adds)."""
+    dropped = set()
+    for family in origins(verdicts):
+        for verdict, (_, _, kept) in bh_families(family, alpha).items():
+            dropped |= {s["test"] for s in family if s["result"] == verdict and s["test"] not in kept}
+    return dropped
+
+
+def origins(verdicts):
+    """(the paper's statements, the comparisons a config adds), each keyed by its distinct test."""
+    everything = [{**s, "test": (v.get("experiment"), s["test_key"]) if s.get("test_key") else id(s)}
+                  for v in verdicts for s in v["statements"]]
+    return ([s for s in everything if s.get("origin", PAPER) == PAPER],
+            [s for s in everything if s.get("origin", PAPER) != PAPER])
+
+
 def summary(verdicts, alpha):
     """The paper's statements' summary, then that of the comparisons the config adds (optimizers from outside),
     each its own family: adding an optimizer does not change what the report says of the paper's statements."""
-    everything = [{**s, "test": (v.get("experiment"), s["test_key"]) if s.get("test_key") else id(s)}
-                  for v in verdicts for s in v["statements"]]
-    paper = [s for s in everything if s.get("origin", PAPER) == PAPER]
-    added = [s for s in everything if s.get("origin", PAPER) != PAPER]
+    paper, added = origins(verdicts)
     if not added:
         return family_summary(paper, alpha)
     return ((family_summary(paper, alpha, scope="the paper's statements") if paper else [])
@@ -162,34 +223,31 @@ def summary(verdicts, alpha):
 
 
 def family_summary(statements, alpha, title="Statements", scope="the whole report"):
-    """The count by verdict, the inconclusive ones by why, and the Benjamini–Hochberg line over every distinct tested
-    statement's p-value: the p of its held verdict's own test (the largest of its settings', the intersection–union
-    p; 1 where a setting cannot hold: inside the tolerance, or a grid edge). A test that several artifacts state
-    (the same comparisons of the same numbers in one experiment) counts once."""
+    """The count by verdict, the inconclusive ones by why, and a Benjamini–Hochberg line per decided verdict over every
+    distinct tested statement's p of that verdict's own test (held: the largest of its settings', the
+    intersection–union p; did not hold: the smallest Holm-adjusted one; equivalent: the largest TOST p; 1 where it
+    cannot be reached). A test that several artifacts state (the same comparisons of the same groups' seeds on the same
+    metric in one experiment) counts once."""
     results = pd.Series([s["result"] for s in statements], dtype=str)
     counts = results.value_counts()
     why = pd.Series([w for s in statements if s["result"] == "inconclusive" for w in s["why"].split("; ") if w],
                     dtype=str).value_counts()
-    tested = {s["test"]: s for s in statements if s["result"] not in ("descriptive", "not tested at this scale")
-              and s.get("p_value") is not None}
-    repeats = sum(1 for s in statements if s["result"] not in ("descriptive", "not tested at this scale")
-                  and s.get("p_value") is not None) - len(tested)
-    ps = [s["p_value"] for s in tested.values()]
-    held = sum(1 for s in tested.values() if s["result"] == "held")
     lines = [f"{title}: " + ", ".join(f"{counts[k]} {k}" for k in counts.index) + "."]
     if len(why):
         lines[0] += " Inconclusive, by why: " + ", ".join(f"{why[k]} {k}" for k in why.index) + "."
-    chosen = sum(1 for s in statements if s.get("about") == AT_CHOSEN_LRS)
-    if chosen:
-        lines[0] += (f" {chosen} of the decided verdicts are about the chosen LRs only: an LR choice they rest on was a "
-                     "close call (`lr_choice` in claims.csv).")
-    if ps:
-        kept = benjamini_hochberg(ps, alpha)
-        again = f" ({repeats} more repeat one of these tests in another artifact, counted once)" if repeats else ""
-        lines.append(f"Across the {len(ps)} distinct tested statements{again}, Benjamini–Hochberg at a false-discovery "
-                     f"rate of {alpha:g}, on the p-value of each held verdict's own one-sided test, keeps {kept} (the "
-                     f"{held} distinct held ones are each at alpha {alpha:g}; read together, the {kept} kept are the "
-                     f"ones that survive the multiplicity of {scope}).")
+    tested, repeats = distinct_tests(statements)
+    if not tested:
+        return lines
+    again = f" ({repeats} more repeat one of these tests in another artifact, counted once)" if repeats else ""
+    parts = []
+    for verdict, (ps, kept, keep) in bh_families(statements, alpha).items():
+        decided = [t for t, s in tested.items() if s["result"] == verdict]
+        parts.append(f"{verdict}: {sum(t in keep for t in decided)} of the {len(decided)} kept")
+    lines.append(f"Across the {len(tested)} distinct tested statements{again}, Benjamini–Hochberg at a false-discovery "
+                 f"rate of {alpha:g}, one family per verdict on the p-value of that verdict's own one-sided test in "
+                 f"every statement, keeps {'; '.join(parts)}: read together, the kept are the verdicts that survive the "
+                 f"multiplicity of {scope}; each verdict alone is a test at alpha (the ones not kept are marked "
+                 f"'{NOT_KEPT}').")
     return lines
 
 

@@ -1,9 +1,10 @@
 """The LR grids behind every table (an AlgoPerf-style record): every LR each optimizer was tuned over,
 the points grid extension added, and the chosen LR.
 
-The curve is what chose: the mean over the grid seeds at each LR (the seeds every LR has), so its
-minimum is the LR marked best. The claim seeds' mean ± sd at the best LR, the number the tables
-report, is drawn beside it as a separate marker.
+The curve is what chose: the mean over the grid seeds at each LR (the seeds every LR has), with its standard
+error from the group's own claim-seed spread, so its minimum is the LR marked best and the error bars show how
+close the choice was. The claim seeds' mean ± sd at the best LR, the number the tables report, and at each rival
+LR (a close call, where the verdicts are tested too), are drawn beside it as separate markers.
 """
 
 import pandas as pd
@@ -40,19 +41,23 @@ def lr_sensitivity(ctx, prefix):
                     edges.append(f"{ctx.label(model, opt)} bs{batch}: best LR {best_lr} on the grid edge")
                 label = f"{ctx.label(model, opt)} bs{batch}"
                 chosen = s[s.selection_loss.notna()]
-                panel.lines.append(Line(f"{label} (grid seeds)", list(chosen.lr_value), list(chosen.selection_loss),
-                                        opt, STYLES[i % 4], "o"))
-                at_best = s[(s.lr == best_lr) & s.claim_loss.notna()]
-                panel.lines.append(Line(f"{label} claim seeds at the best LR", list(at_best.lr_value),
-                                        list(at_best.claim_loss), opt, "none", "*",
-                                        err=[0.0 if pd.isna(v) else v for v in at_best.claim_loss_std]))
+                se = float(best.grid_se) if best is not None and pd.notna(best.get("grid_se")) else 0.0
+                panel.lines.append(Line(f"{label} (grid seeds ± se)", list(chosen.lr_value),
+                                        list(chosen.selection_loss), opt, STYLES[i % 4], "o", err=[se] * len(chosen)))
+                rivals = ctx.rivals(model, opt, batch) if best_lr is not None else ()
+                at_claim = s[s.lr.isin([best_lr, *rivals]) & s.claim_loss.notna()]
+                panel.lines.append(Line(f"{label} claim seeds at the best LR and its rivals", list(at_claim.lr_value),
+                                        list(at_claim.claim_loss), opt, "none", "*",
+                                        err=[0.0 if pd.isna(v) else v for v in at_claim.claim_loss_std]))
                 rows += [{"model": model, "optimizer": ctx.label(model, opt), "batch": batch, "lr": r.lr,
                           "origin": r.lr_origin, "grid_seeds": _count(r.grid_seeds), "n_diverged": _count(r.n_diverged),
-                          "selection_loss": r.selection_loss, "best": r.lr == best_lr,
+                          "selection_loss": r.selection_loss, "selection_loss se": se if best_lr else None,
+                          "best": r.lr == best_lr, "rival": r.lr in rivals,
                           "claim_seeds": _count(r.claim_seeds), "claim_diverged": _count(r.claim_diverged),
                           "claim_loss": r.claim_loss, "claim_loss std": r.claim_loss_std} for r in s.itertuples()]
         panels.append(panel)
-    ctx.figure(panels, prefix, "LR sensitivity: final validation loss vs peak LR (grid seeds; star: claim seeds)")
+    ctx.figure(panels, prefix, "LR sensitivity: final validation loss vs peak LR (grid seeds ± se; star: claim seeds "
+                               "at the best LR and its rivals)")
     out = record("LR grids behind every table (AlgoPerf-style record)", [], differences(ctx),
                  edges or ["every best LR is inside its grid"])
     out["claim"] = ("descriptive: every LR each optimizer was tuned over, the points added by grid extension, and "

@@ -32,15 +32,17 @@ def layers_of(group, n_layers):
     return list(range(ends[i - 1] + 1, ends[i] + 1))
 
 
-def per_seed_layers(ctx, model, opt, batch):
-    """[per-layer peak MAL over steps, one Series per claim seed]."""
+def per_seed_layers(ctx, model, opt, batch, lr=None):
+    """[per-layer peak MAL over steps, one Series per claim seed] (at the chosen LR, or at lr)."""
     def read(run_dir):
         mal = pd.read_csv(Path(run_dir) / "mal.csv")
         return mal_by_layer(spikes_kept(mal))
-    return [read(d) for d in ctx.seed_runs(model, opt, batch).run_dir]
+    return [read(d) for d in ctx.seed_runs(model, opt, batch, lr).run_dir]
 
 
-def group_estimate(ctx, model, opt, batch, group, n_layers):
+def group_estimate(ctx, model, opt, batch, group, n_layers, lr=None):
+    """The peak MAL over a group of layers at the chosen LR (with the estimates at its rivals), or at lr. Over every
+    layer it is the run's peak MAL, the metric mal_tables tests: the same test, counted once."""
     label = ctx.label(model, opt)
     row = ctx.best_row(model, opt, batch)
     if row is None:
@@ -48,12 +50,16 @@ def group_estimate(ctx, model, opt, batch, group, n_layers):
     if row.status != "ok":
         return ctx.estimate(model, opt, batch)   # the tuning failure, said once
     layers = layers_of(group, n_layers)
-    runs = ctx.seed_runs(model, opt, batch)
+    runs = ctx.seed_runs(model, opt, batch, lr)
     peaks = {int(seed): float(s.reindex(layers).max())
-             for seed, s in zip(runs.seed, per_seed_layers(ctx, model, opt, batch))}
+             for seed, s in zip(runs.seed, per_seed_layers(ctx, model, opt, batch, lr))}
     if not peaks or not layers:
         return Estimate(label, None)
-    return of_values(label, peaks, (model, batch), bool(row.at_edge), row.lr, group=(model, opt, int(batch)))
+    rivals, alternatives = ((), ()) if lr else ctx.choice(
+        model, opt, batch, lambda x: group_estimate(ctx, model, opt, batch, group, n_layers, x))
+    metric = "peak_mal" if len(layers) == n_layers else f"peak_mal, layers {layers[0]}-{layers[-1]}"
+    return of_values(label, peaks, (model, batch), bool(row.at_edge) and not lr, lr or row.lr, metric, rivals,
+                     (model, opt, int(batch)), alternatives)
 
 
 def mal_vs_step(ctx, prefix):

@@ -175,10 +175,10 @@ def zeroshot(ctx, prefix):
     pooled = Pooled.of(estimates)
     statements = [
         statement("MERIT at the large batch matches or beats AdamW at the standard batch in average zero-shot "
-                  "accuracy (tested as error, no worse)", vs_adamw, ctx.stats, NO_WORSE, pooled)]
+                  "accuracy (tested as error, no worse)", vs_adamw, ctx.stats_once, NO_WORSE, pooled)]
     if "lamb" in ctx.optimizers():
         statements.append(statement("MERIT beats LAMB at the large batch in average zero-shot accuracy (tested as "
-                                    "error, lower)", vs_lamb, ctx.stats, LOWER, pooled))
+                                    "error, lower)", vs_lamb, ctx.stats_once, LOWER, pooled))
     notes = [f"tasks {', '.join(tasks)} at 0 shots, metric {ctx.config.get('zeroshot', {}).get('metric', 'acc')}, "
              "through lm-evaluation-harness; accuracies in %, errors (100 - accuracy) in claims.csv",
              "each comparison pairs the claim seeds as claims.csv's basis says and pairs items: both sides score the "
