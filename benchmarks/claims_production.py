@@ -1,6 +1,6 @@
 """False verdicts through the production path: synthetic runs -> the tables -> Context -> an artifact's statements.
 
-    python benchmarks/claims_production.py [--experiments 300] [--looks-experiments 100] [--seed 0]
+    python benchmarks/claims_production.py [--experiments 300] [--looks-experiments 100] [--seed 0] [--select TEXT]
                                                                                (also run by claims_calibration.py)
 
 With --looks-experiments, every null again through two looks at the claim seeds (second_look_seeds): the first
@@ -182,7 +182,7 @@ def find(found, text):
 def verdicts(tmp, make, rng, experiments, before, looks=1):
     """{verdict: count} over experiments of make(rng), now or before (no test at the rival LRs: lr_choice_noise 0);
     looks=2: claim seeds 1-3 and a second look at seeds 4-6 where the first leaves a statement undecided for want of
-    seeds. The same worlds (rng states) for now and before when called with equal rng states."""
+    seeds."""
     counts = {}
     for i in range(experiments):
         cfg, world, text = make(rng)
@@ -202,16 +202,19 @@ def share(counts, verdict, experiments):
 
 
 def both(tmp, make, seed, experiments, looks=1):
-    """(now, before) on the same worlds: each draws from its own generator started at the same seed."""
+    """(now, before), each from its own generator started at the same seed (the worlds part where the rules ask for
+    different cells: the draws are made as cells are trained)."""
     return tuple(verdicts(tmp, make, random.Random(seed), experiments, before, looks) for before in (False, True))
 
 
-def table(experiments, seed, alpha, looks, out):
+def table(experiments, seed, alpha, looks, out, select=""):
     ok = True
     out("| null | false verdict (the largest) | rate, every decided verdict | ± MC | within alpha | before |")
     out("|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() else None) as tmp:
         for i, (name, make, wrong) in enumerate(NULLS):
+            if select not in name:
+                continue
             new, old = both(tmp, make, seed + i, experiments, looks)
             verdict = max(sorted(wrong), key=lambda v: share(new, v, experiments)[0])
             p, mc = share(new, verdict, experiments)
@@ -221,26 +224,30 @@ def table(experiments, seed, alpha, looks, out):
         out("\n| where the verdict is true | verdict | now | ± MC | before |")
         out("|---|---|---|---|---|")
         for i, (name, make, right) in enumerate(ALTERNATIVES):
+            if select not in name:
+                continue
             new, old = both(tmp, make, seed + 100 + i, experiments, looks)
             p, mc = share(new, right, experiments)
             out(f"| {name} | {right} | {p:.4f} | {mc:.4f} | {share(old, right, experiments)[0]:.4f} |")
     return ok
 
 
-def run_looks(experiments, seed, alpha, out=print):
+def run_looks(experiments, seed, alpha, out=print, select=""):
     """Every null through both looks (second_look_seeds 4-6), each at alpha/2: the verdicts settled at the first
     look and those judged again, as the report makes them."""
     out(f"\ntwo looks through the production path ({experiments} experiments each; claim seeds 1-3, then 4-6 for the "
         "groups of a statement the first look left undecided for want of seeds, at the chosen LR and its rivals; each "
         "look at alpha/2):\n")
-    return table(experiments, seed, alpha, 2, out)
+    return table(experiments, seed, alpha, 2, out, select)
 
 
-def run(experiments, seed, alpha, out=print):
+def run(experiments, seed, alpha, out=print, select=""):
     out(f"\nthrough the production path (synthetic runs -> tables -> Context -> artifact), {experiments} experiments "
         f"each, claim seeds 1-3, grid seed 0, seed sd 0.01, r 0.84 unless said, tolerance {TOL:.3f}; before: no test at "
         "the rival LRs of a close call (the rule at a22f99b), on the same worlds:\n")
-    ok = table(experiments, seed, alpha, 1, out)
+    ok = table(experiments, seed, alpha, 1, out, select)
+    if select:
+        return ok
     with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() else None) as tmp:
         counts = verdicts(tmp, sensitivity, random.Random(seed + 200), experiments, False)
     out(f"\nunequal LR sensitivity (equal optima between grid points, curvature 0.01 vs 0.2): MERIT (flat) holds lower "
@@ -255,11 +262,12 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--looks-experiments", type=int, default=100,
                         help="experiments per null through two looks (0: none)")
+    parser.add_argument("--select", default="", help="only the nulls and alternatives whose name holds this text")
     args = parser.parse_args()
     alpha = Stats.from_report(schema_defaults("report")).alpha
-    ok = run(args.experiments, args.seed, alpha)
+    ok = run(args.experiments, args.seed, alpha, select=args.select) if args.experiments else True
     if args.looks_experiments:
-        ok &= run_looks(args.looks_experiments, args.seed, alpha)
+        ok &= run_looks(args.looks_experiments, args.seed, alpha, select=args.select)
     print("\nevery null within alpha" if ok else "\nSOME NULL EXCEEDS ALPHA")
     return 0 if ok else 1
 

@@ -36,6 +36,7 @@ BUNDLE = ["tests/test_bundle.py"]
 LLAMA = ["tests/test_llama.py"]
 ZEROSHOT = ["tests/test_zeroshot.py", "tests/test_export.py"]
 LOOKS = ["tests/test_second_look.py"]
+LR_CHOICE = ["tests/test_lr_choice.py", "tests/test_tuning.py", "tests/test_claims.py"]
 
 
 @dataclass
@@ -144,6 +145,14 @@ MUTATIONS = [
     M("no_claim_seeds", "claim seeds never added", "src/merit_repro/plan/tuning.py",
       [("    missing = [s for s in claim_seeds if best is not None and (best, s) not in results]", "    missing = []")],
       ALL),
+    M("rivals_untrained", "close calls of the LR choice never get claim seeds", "src/merit_repro/plan/tuning.py",
+      [("        if wanted:\n", "        if False:\n")], LR_CHOICE),
+    M("rivals_untested", "a verdict is read at the chosen LRs alone, whatever the close calls",
+      "src/merit_repro/report/claims.py", [("        for a2, b2 in at_rivals(a, b, varied):", "        for a2, b2 in ():")],
+      LR_CHOICE),
+    M("rivals_by_pool", "close calls judged by the experiment's pooled spread, not the group's own",
+      "src/merit_repro/report/artifacts/context.py",
+      [('        sd = float(own) if own is not None and pd.notna(own) else pooled', "        sd = pooled")], LR_CHOICE),
     M("aggregate_seed0", "best-LR rows keep one seed's metrics only", "src/merit_repro/report/tables.py",
       [("& (runs.lr == d[\"best_lr\"]) & runs.seed.isin(seeds)]", "& (runs.lr == d[\"best_lr\"]) & (runs.seed == seeds[0])]")],
       UNIT),

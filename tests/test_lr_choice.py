@@ -129,16 +129,17 @@ def test_the_close_call_noise_is_the_groups_own(tmp_path):
               "experiments": {"e": {"models": ["S"], "tokens": 65536, "optimizers": ["adamw", "lamb", "merit"],
                                     "batch_sizes": [64], "lr_grid": {o: [1e-3, 2e-3, 4e-3] for o in
                                                                      ("adamw", "lamb", "merit")}}}}
-    grid = {"1e-3": 3.10, "2e-3": 3.00, "4e-3": 3.035}
+    noisy, quiet = {"1e-3": 3.10, "2e-3": 3.00, "4e-3": 3.035}, {"1e-3": 3.10, "2e-3": 3.00, "4e-3": 3.025}
 
     def loss(group, lr, seed):
-        spread = 0.03 if group.optimizer == "adamw" else 0.001
+        spread, grid = (0.03, noisy) if group.optimizer == "adamw" else (0.001, quiet)
         return grid[lr] + (0.0 if seed == 0 else spread * (seed - 2))
     paths = build(tmp_path, config, loss)
     ctx = load_context("e", config, paths["runs"], paths["cells"], paths["best_lr"], PAPER_NUMBERS)
-    assert ctx.rivals("S", "adamw", 64) == ("4e-3",)     # own sd 0.03: 0.03 is within 1 sd x sqrt 2
-    assert ctx.rivals("S", "merit", 64) == ()            # quiet: its own sd 0.001
-    assert ctx._choice_noise[1] < 0.03                   # the pool alone would have missed AdamW's rival
+    pooled = ctx._choice_noise[1]
+    assert 0.025 < pooled * math.sqrt(2) < 0.035         # the pool's margin: between the two groups' gaps
+    assert ctx.rivals("S", "adamw", 64) == ("4e-3",)     # own sd 0.03: its gap 0.035 is within 1 sd x sqrt 2
+    assert ctx.rivals("S", "merit", 64) == ()            # quiet: its own sd 0.001 says its gap 0.025 is clear
     e = ctx.estimate("S", "adamw", 64)
     assert [a.lr for a in e.alternatives] == ["4e-3"] and e.alternatives[0].n == 3
 
@@ -173,3 +174,14 @@ def test_a_refutation_that_benjamini_hochberg_does_not_keep_is_marked():
     assert strong.result == NOT_HELD and weak.result == NOT_HELD and weak.p_against > 0.01
     dropped = not_kept(report_of(strong, weak, *nulls), 0.05)
     assert ("e", weak.test_key()) in dropped and ("e", strong.test_key()) not in dropped
+
+
+def test_close_calls_beyond_max_rivals_are_recorded_untrained():
+    """A bounded budget (config/gpu1.yaml: max_rivals 0) trains the closest rivals only; the others stay close calls
+    with no claim seeds, and the report reads the verdicts they could overturn as undecided."""
+    flat = landscape({"1e-3": 3.004, "2e-3": 3.00, "4e-3": 3.002}, 0.01)
+    one = tune({**SPEC, "max_rivals": 1}, train_on(flat))
+    assert one["rivals"] == ["4e-3"] and one["close_calls"] == ["1e-3", "4e-3"]   # the closest first
+    none = tune({**SPEC, "max_rivals": 0}, train_on(flat))
+    assert none["rivals"] == [] and none["close_calls"] == ["1e-3", "4e-3"]
+    assert {c[0] for c in none["cells"] if c[1] != 0} == {"2e-3"}
