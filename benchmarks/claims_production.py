@@ -109,7 +109,8 @@ def statements(tmp, cfg, world, artifact):
         first, _, paths = look_twice(Path(tmp) / "results", cfg, world.loss, peak_mal)
     ctx = load_context("e", cfg, paths["runs"], paths["cells"], paths["best_lr"], PAPER_NUMBERS, drawing=False)
     _, record = ARTIFACT_FUNCTIONS[artifact](ctx, Path(tmp) / "figure")
-    return (settle(record, first, artifact, "e", ctx.stats.alpha) if first else record)["statements"]
+    first_alpha = Stats.from_report(ctx.report, 2, look=1).alpha
+    return (settle(record, first, artifact, "e", first_alpha) if first else record)["statements"]
 
 
 def mixed(rng, gaps):
@@ -233,18 +234,18 @@ def table(experiments, seed, alpha, looks, out, select=""):
 
 
 def run_looks(experiments, seed, alpha, out=print, select=""):
-    """Every null through both looks (second_look_seeds 4-6), each at alpha/2: the verdicts settled at the first
-    look and those judged again, as the report makes them."""
+    """Every null through both looks (second_look_seeds 4-6), alpha split as report.first_look_share says: the
+    verdicts settled at the first look and those judged again, as the report makes them."""
     out(f"\ntwo looks through the production path ({experiments} experiments each; claim seeds 1-3, then 4-6 for the "
-        "groups of a statement the first look left undecided for want of seeds, at the chosen LR and its rivals; each "
-        "look at alpha/2):\n")
+        "groups of a statement the first look left undecided for want of seeds, at the chosen LR and its rivals; the "
+        "looks split alpha as report.first_look_share says):\n")
     return table(experiments, seed, alpha, 2, out, select)
 
 
 def run(experiments, seed, alpha, out=print, select=""):
     out(f"\nthrough the production path (synthetic runs -> tables -> Context -> artifact), {experiments} experiments "
         f"each, claim seeds 1-3, grid seed 0, seed sd 0.01, r 0.84 unless said, tolerance {TOL:.3f}; before: no test at "
-        "the rival LRs of a close call (the rule at a22f99b), on the same worlds:\n")
+        "the rival LRs of a close call (the rule at a22f99b), on worlds drawn from the same seed:\n")
     ok = table(experiments, seed, alpha, 1, out, select)
     if select:
         return ok

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from merit_repro.plan.tuning import SELECTION_METRIC, choice_sd, decide, tune
+from merit_repro.plan.tuning import SELECTION_METRIC, choice_margin, choice_sd, decide, t_cdf, t_quantile, tune
 from merit_repro.report.artifacts.index import bh_families, not_kept
 from merit_repro.report.claims import (
     CLOSE_CALL,
@@ -50,6 +50,19 @@ def test_a_rival_whose_seeds_widen_the_spread_can_bring_in_another():
     noisy = lambda lr, seed: grid[lr] + (0.0 if seed == 0 else (0.005 if lr == "2e-3" else 0.04) * (seed - 2))  # noqa: E731
     record = tune(SPEC, train_on(noisy))
     assert record["rivals"] == ["1e-3", "4e-3"] and record["choice_sd"] > 0.02
+
+
+def test_the_margin_is_a_student_t_quantile_at_the_spreads_df():
+    """A few claim seeds' sd is often an underestimate: the margin takes the t quantile of the normal level
+    lr_choice_noise sds stand for (t_cdf in closed form, as scipy.stats.t computes it)."""
+    scipy_stats = pytest.importorskip("scipy.stats")
+    for df in (1, 2, 3, 4, 7, 30):
+        for t in (-4.0, -1.0, 0.0, 0.5, 1.3, 6.0):
+            assert t_cdf(t, df) == pytest.approx(scipy_stats.t.cdf(t, df), abs=1e-12)
+        assert t_quantile(0.9, df) == pytest.approx(scipy_stats.t.ppf(0.9, df), abs=1e-9)
+    assert choice_margin(0.01, 2, 1, 1.0) == pytest.approx(scipy_stats.t.ppf(scipy_stats.norm.cdf(1.0), 2) * 0.01
+                                                           * math.sqrt(2))
+    assert choice_margin(0.01, 1000, 1, 1.0) == pytest.approx(0.01 * math.sqrt(2), rel=1e-3)
 
 
 def test_the_groups_own_spread_is_pooled_over_its_lrs():
@@ -136,8 +149,8 @@ def test_the_close_call_noise_is_the_groups_own(tmp_path):
         return grid[lr] + (0.0 if seed == 0 else spread * (seed - 2))
     paths = build(tmp_path, config, loss)
     ctx = load_context("e", config, paths["runs"], paths["cells"], paths["best_lr"], PAPER_NUMBERS)
-    pooled = ctx._choice_noise[1]
-    assert 0.025 < pooled * math.sqrt(2) < 0.035         # the pool's margin: between the two groups' gaps
+    pooled, pooled_df = ctx._choice_noise[1]
+    assert 0.025 < choice_margin(pooled, pooled_df, 1, 1.0) < 0.035   # the pool's margin: between the two gaps
     assert ctx.rivals("S", "adamw", 64) == ("4e-3",)     # own sd 0.03: its gap 0.035 is within 1 sd x sqrt 2
     assert ctx.rivals("S", "merit", 64) == ()            # quiet: its own sd 0.001 says its gap 0.025 is clear
     e = ctx.estimate("S", "adamw", 64)

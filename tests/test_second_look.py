@@ -144,3 +144,37 @@ def test_a_bundles_first_look_must_be_the_one_its_runs_give(looked, tmp_path):
     write_json(path, forged)
     with pytest.raises(UserError, match="the statements of val_loss_vs_batch/sweep differ"):
         audit_first_look(config, finals, config["results"], PAPER_NUMBERS, 100, path)
+
+
+def test_a_comparison_the_first_look_settled_is_printed_with_its_seeds_wherever_it_is_stated_again():
+    """loss_curves' "MERIT vs AdamW at every model size" shares its S row with val_loss_vs_batch's "MERIT vs AdamW at
+    64", which the first look settled on seeds 1-3: judged again on seeds 1-6 for its M row, it prints the S row as
+    the first look did (one comparison, one set of seeds, one verdict), and its verdict is combined from both looks'."""
+    from merit_repro.plan.tuning import SELECTION_METRIC
+    from merit_repro.report.artifacts.looks import FIRST, SECOND, looked, settle
+    from merit_repro.report.claims import HELD, Setting, Stats, of_values, statement
+    from merit_repro.report.artifacts.context import record as record_of
+
+    stats = Stats(alpha=0.025, tolerance=0.005)
+
+    def est(model, opt, mean, seeds, spread):
+        values = {s: mean + spread * ((s % 3) - 1) * (1 + (opt == "merit")) for s in seeds}
+        return of_values(opt, values, (model, 64), False, "2e-3", SELECTION_METRIC, (), (model, opt, 64))
+    first, every = [1, 2, 3], [1, 2, 3, 4, 5, 6]
+    s_row = lambda seeds: Setting("S", "64", est("S", "merit", 3.0, seeds, 0.01), est("S", "adamw", 3.2, seeds, 0.01))  # noqa: E731
+    m_row = lambda seeds, gap: Setting("M", "64", est("M", "merit", 3.0, seeds, 0.05), est("M", "adamw", 3.0 + gap, seeds, 0.05))  # noqa: E731
+    kept = statement("MERIT vs AdamW: lower", [s_row(first)], stats)
+    together_first = statement("MERIT vs AdamW at every model size", [s_row(first), m_row(first, 0.05)], stats)
+    together_now = statement("MERIT vs AdamW at every model size", [s_row(every), m_row(every, 0.2)], stats)
+    assert kept.result == HELD and together_first.needs_seeds()
+    look = {"alpha": 0.025, "seeds": [4, 5, 6], "groups": [],
+            "statements": {"val_loss_vs_batch/e": looked(record_of("x", [kept])),
+                           "loss_curves/e": looked(record_of("x", [together_first]))}}
+    settled = settle(record_of("x", [together_now]), look, "loss_curves", "e", 0.025)
+    s, m = settled["rows"]
+    theirs = kept.rows[0].to_dict()
+    assert s["look"] == FIRST and s["subject_n"] == 3 and s["claim"] == together_now.claim and s["tests"] == 2
+    assert all(s[k] == theirs[k] for k in ("subject_mean", "reference_mean", "difference", "p_value", "verdict"))
+    assert m["look"] == SECOND and m["subject_n"] == 6
+    assert settled["statements"][0]["result"] == (HELD if m["verdict"] == HELD else "inconclusive")
+    assert settled["statements"][0]["reasons"][0] == kept.rows[0].reason()

@@ -9,8 +9,9 @@ cells have finished, ``decide`` reads their results and asks for at most one mor
    one-point grid) and rounded to 3 significant digits, trained with the grid seeds.
 2. Otherwise, the best LR lacks some of the claim seeds: those seeds at the best LR.
 3. Otherwise, the choice's close calls (``rivals``): every other LR whose grid-seed loss is within
-   ``lr_choice_noise`` standard deviations of a difference of two grid-seed means of the chosen one's, the sd
-   the group's own claim-seed spread (pooled over every LR it has claim seeds at). One grid seed's choice
+   ``lr_choice_noise`` standard deviations of a difference of two grid-seed means of the chosen one's (as a
+   Student t quantile at the spread's df: ``choice_margin``), the sd the group's own claim-seed spread (pooled
+   over every LR it has claim seeds at). One grid seed's choice
    has noise of its own: where another LR is this close, another grid seed could have chosen it, so the
    claim seeds train there too, and a verdict must hold at each rival as at the choice (an
    intersection-union test: merit_repro.report.claims), the closest ``max_rivals`` of them (a close call beyond
@@ -121,11 +122,49 @@ def choice_sd(results, lrs, claim_seeds):
     return (math.sqrt(squares / df), df) if df else (None, 0)
 
 
-def close_calls(rows, best, sd, n_grid, noise):
-    """The LRs of per_lr's rows whose selection loss is within noise x sd x sqrt(2 / n_grid) of the best's (the sd of
-    a difference of two grid-seed means: where another grid seed could have chosen them), best first excluded."""
+def t_cdf(t, df):
+    """Student's t distribution function at a whole number of degrees of freedom, in closed form (Abramowitz and
+    Stegun 26.7.3-4): the tuning job stays stdlib-only, as scipy would cost each round a third of a second."""
+    theta = math.atan(t / math.sqrt(df))
+    c, s = math.cos(theta), math.sin(theta)
+    if df % 2:
+        term, total = c, 0.0 if df == 1 else c   # 1 + 2/3 c^2 + ..., times sin cos, plus theta
+        for k in range(3, df - 1, 2):
+            term *= (k - 1) / k * c * c
+            total += term
+        inside = 2 / math.pi * (theta + s * total)
+    else:
+        term, total = 1.0, 1.0
+        for k in range(2, df, 2):
+            term *= (k - 1) / k * c * c
+            total += term
+        inside = s * total
+    return 0.5 + 0.5 * inside
+
+
+def t_quantile(p, df):
+    """The p quantile of Student's t at df (a whole number >= 1), by bisection on t_cdf."""
+    low, high = -1e6, 1e6
+    for _ in range(200):
+        mid = (low + high) / 2
+        low, high = (mid, high) if t_cdf(mid, df) < p else (low, mid)
+    return (low + high) / 2
+
+
+def choice_margin(sd, df, n_grid, noise):
+    """How far above the chosen LR's grid-seed loss another LR's may lie and still be a close call: noise standard
+    deviations of a difference of two grid-seed means (sd x sqrt(2 / n_grid)), as a Student t quantile at the
+    spread's df (the normal quantile noise sds stand for): an sd from a few claim seeds may well be an underestimate,
+    and a smaller margin would miss the LR another grid seed could have chosen."""
+    level = statistics.NormalDist().cdf(noise)
+    return t_quantile(level, max(1, int(df))) * sd * math.sqrt(2 / n_grid)
+
+
+def close_calls(rows, best, sd, df, n_grid, noise):
+    """The LRs of per_lr's rows whose selection loss is within choice_margin of the best's (where another grid seed
+    could have chosen them), best first excluded."""
     chosen = next(r["selection_loss"] for r in rows if r["lr"] == best)
-    margin = noise * sd * math.sqrt(2 / n_grid)
+    margin = choice_margin(sd, df, n_grid, noise)
     return [r["lr"] for r in rows if r["lr"] != best and r["selection_loss"] is not None
             and r["selection_loss"] - chosen <= margin]
 
@@ -139,7 +178,7 @@ def rivals_of(spec, rows, best, results):
     claim = [s for s in spec["claim_seeds"] if s not in spec["grid_seeds"]]
     sd, df = choice_sd(results, lrs, claim)
     trained = [lr for lr in lrs if lr != best and any((lr, s) in results for s in claim)]
-    close = close_calls(rows, best, sd, len(spec["grid_seeds"]), spec["lr_choice_noise"]) if sd else []
+    close = close_calls(rows, best, sd, df, len(spec["grid_seeds"]), spec["lr_choice_noise"]) if sd else []
     loss = {r["lr"]: r["selection_loss"] for r in rows}
     room = max(0, spec["max_rivals"] - len(trained))
     rivals = trained + sorted((lr for lr in close if lr not in trained), key=lambda x: (loss[x], lr_key(x)))[:room]

@@ -112,14 +112,17 @@ class Stats:
     alpha: float
     tolerance: float
     tolerances: dict = field(default_factory=dict)
-    looks: int = 1              # 2 with a second look of claim seeds: alpha is each look's share of the report's
+    looks: int = 1              # 2 with a second look of claim seeds: alpha is this look's share of the report's
 
     @classmethod
-    def from_report(cls, report, looks=1):
-        """The report block's stats; with two looks at the claim seeds, each look tests at half its alpha (a union
-        bound: a verdict is false at either look with probability at most alpha, whatever the looks share)."""
-        return cls(float(report["alpha"]) / looks, float(report["tolerance"]),
-                   {k: float(v) for k, v in (report.get("tolerances") or {}).items()}, looks)
+    def from_report(cls, report, looks=1, look=2):
+        """The report block's stats; with two looks at the claim seeds, look 1 tests at report.first_look_share of its
+        alpha and look 2 at the rest (a union bound: a verdict is false at either look with probability at most
+        alpha, whatever the looks share)."""
+        share = float(report.get("first_look_share", 0.5)) if looks > 1 else 1.0
+        return cls(float(report["alpha"]) * (share if look == 1 else 1.0 - share if looks > 1 else 1.0),
+                   float(report["tolerance"]), {k: float(v) for k, v in (report.get("tolerances") or {}).items()},
+                   looks)
 
     def of(self, metric):
         """These stats with the metric's own tolerance."""
@@ -470,6 +473,17 @@ class Row:
                    f"({'; '.join(words)})"
         return f"and at every rival LR of a close call ({'; '.join(words)})"
 
+    @property
+    def key(self):
+        """The comparison's identity: its kind, each term's coefficient, group, LR and metric (or a constant's value),
+        and the tolerance; not its words, nor its seeds (a comparison is printed with one set of seeds: looks.settle)."""
+        def term(k, e):
+            who = f"{'/'.join(map(str, e.group))}@{e.lr}" if e.group else f"{e.label}={e.mean!r}"
+            return f"{k:+g}*{who}:{e.metric}"
+        c = self.comparison
+        terms = ",".join(sorted(term(k, e) for k, e in c.subject.leaves() + c.reference.leaves(-1.0)))
+        return f"{self.kind}:{terms}:{c.tolerance!r}"
+
     def close_calls(self):
         """The terms whose LR choice was a close call: an LR within the seed noise of the chosen one."""
         c = self.comparison
@@ -512,6 +526,7 @@ class Row:
                 "tolerance": c.tolerance, "tests": self.tests,
                 "basis": s.not_tested or c.basis or c.detail, "verdict": self.verdict, "why": self.why,
                 "about": self.about if self.verdict in DECIDED else "", "lr_choice": self.lr_choice,
+                "p_against": self.p_against, "p_equivalent": self.p_equivalent, "key": self.key,
                 "reason": self.reason()})
 
 
@@ -710,15 +725,10 @@ class Statement:
                        for _, e in c.leaves() if e.n and e.group}, key=repr)
 
     def test_key(self):
-        """The test's identity: the same comparisons of the same groups' claim seeds on the same metric, whichever
-        artifact states them and however it names them (mal_tables' "M" is mal_vs_step's "M, layers 1-4"): the
-        summary's Benjamini–Hochberg lines count each distinct test once."""
-        def term(k, e):
-            who = f"{'/'.join(map(str, e.group))}@{e.lr}" if e.group else f"{e.label}={e.mean!r}"
-            return f"{k:+g}*{who}:{e.metric}:{len(e.values or {})}"
-        return "|".join(f"{r.kind}:" + ",".join(sorted(term(k, e) for k, e in r.comparison.subject.leaves()
-                                                       + r.comparison.reference.leaves(-1.0)))
-                        + f":{r.comparison.tolerance!r}" for r in self.rows if r.kind != DESCRIPTIVE)
+        """The test's identity: the same comparisons of the same groups on the same metric, whichever artifact states
+        them and however it names them (mal_tables' "M" is mal_vs_step's "M, layers 1-4"): the summary's
+        Benjamini–Hochberg lines count each distinct test once."""
+        return "|".join(r.key for r in self.rows if r.kind != DESCRIPTIVE)
 
     def to_dict(self):
         where = [f"{r.setting.model} bs{r.setting.batch}" for r in self.rows]

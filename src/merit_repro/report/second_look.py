@@ -2,12 +2,12 @@
 the groups whose statements it leaves undecided for want of seeds.
 
 Once every group is tuned and its claim seeds trained, the workflow's ``second_look`` checkpoint judges every
-artifact's statements as the report would (``looks.FIRST``, at half the report's alpha) and writes
-results/tuning/_second_look.json: each statement's record, and the groups behind every statement left
-inconclusive for a reason more seeds can change (``claims.SEED_LIMITED``). Each of those groups trains the
-second-look seeds at its first-choice LR (``tuning.with_second_look``); the artifacts then keep the first look's
-verdicts and judge the rest again on all the seeds (``artifacts.looks.settle``). The zero-shot artifact is judged
-once, on the claim seeds its scores cover.
+artifact's statements as the report would (``looks.FIRST``, at ``report.first_look_share`` of the report's alpha)
+and writes results/tuning/_second_look.json: each statement's record, and the groups behind every statement left
+inconclusive for a reason more seeds can change (``claims.Statement.needs_seeds``). Each of those groups trains the
+second-look seeds at its first-choice LR and its rivals (``tuning.with_second_look``); the artifacts then keep the
+first look's verdicts and judge the rest again on all the seeds, at the rest of alpha (``artifacts.looks.settle``).
+The zero-shot artifact is judged once, on the claim seeds its scores cover, at the full alpha.
 """
 
 import json
@@ -44,7 +44,7 @@ def first_look(config, decisions, results, paper_csv, mal_threshold):
         for name in sorted(config["experiments"]):
             for artifact in looked_artifacts(config, name):
                 ctx = load_context(name, config, tables["runs"], tables["cells"], tables["best"], paper_csv, results,
-                                   drawing=False)
+                                   drawing=False, look=1)
                 _, record = ARTIFACT_FUNCTIONS[artifact](ctx, Path(tmp) / artifact)
                 statements[f"{artifact}/{name}"] = looked(record)
     wanted = {(key.split("/", 1)[1], *map(str, g)) for key, items in statements.items() for item in items
@@ -52,7 +52,7 @@ def first_look(config, decisions, results, paper_csv, mal_threshold):
     groups = sorted((d["group"] for d in decisions   # in an order of their own, not the decisions' order
                      if (d["group"]["experiment"], d["group"]["model"], d["group"]["optimizer"], str(d["group"]["batch"]))
                      in wanted), key=lambda g: (g["experiment"], g["model"], g["optimizer"], g["batch"]))
-    alpha = Stats.from_report(with_defaults(config, "report"), looks=2).alpha
+    alpha = Stats.from_report(with_defaults(config, "report"), looks=2, look=1).alpha
     return {"alpha": alpha, "seeds": second_look_seeds(config), "statements": statements, "groups": groups}
 
 

@@ -114,7 +114,8 @@ def best_lr_table(decisions, runs):
         row = {k: g[k] for k in GROUP_COLUMNS}
         row.update(status=d["status"], lr=d["best_lr"], at_edge=bool(d["at_edge"]), n_lrs=len(d["table"]),
                    extensions=" ".join(d["extensions"]), n_diverged=sum(len(r["diverged_seeds"]) for r in d["table"]),
-                   rivals=" ".join(d.get("rivals", [])), choice_sd=d.get("choice_sd"), grid_se=grid_se(d),
+                   rivals=" ".join(d.get("rivals", [])), choice_sd=d.get("choice_sd"), choice_df=d.get("choice_df"),
+                   grid_se=grid_se(d),
                    grid=_grid_text(d))
         if d["best_lr"] is not None:
             seeds = [c["seed"] for c in d["cells"] if c["lr"] == d["best_lr"] and c["seed_origin"] in REPORTING]
@@ -132,7 +133,7 @@ def best_lr_table(decisions, runs):
             layers = at_best.peak_mal_layer.dropna()
             row["peak_mal_layer"] = int(layers.mode().min()) if len(layers) else None
         rows.append(row)
-    columns = GROUP_COLUMNS + ["status", "lr", "at_edge", "n_lrs", "extensions", "rivals", "choice_sd", "grid_se",
+    columns = GROUP_COLUMNS + ["status", "lr", "at_edge", "n_lrs", "extensions", "rivals", "choice_sd", "choice_df", "grid_se",
                                "n_diverged", "n_seeds", "seeds", "n_claim_diverged"] + \
         [c for m in AGGREGATED for c in (m, f"{m}_std", f"{m}_n")] + ["peak_mal_layer", "grid"]
     return pd.DataFrame(rows).reindex(columns=columns)

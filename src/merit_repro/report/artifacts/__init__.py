@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from merit_repro.plan import paths
+from merit_repro.report.claims import Stats
 from merit_repro.report.tables import write_table
 
 from .ablation import ablation
@@ -40,9 +41,9 @@ ARTIFACT_RECAPS = {"mal_vs_lr": mechanism}
 __all__ = ["ARTIFACT_FUNCTIONS", "load_context", "make", "write_index"]
 
 
-def load_context(experiment, config, runs_csv, cells_csv, best_csv, paper_csv, results=None, drawing=True):
+def load_context(experiment, config, runs_csv, cells_csv, best_csv, paper_csv, results=None, drawing=True, look=2):
     """One experiment's Context from the tables; results: the folder runs.csv's run_dirs are under (default: the
-    one the tables are in); drawing: False for statements only."""
+    one the tables are in); drawing: False for statements only; look: 1 at the first of two looks."""
     runs = pd.read_csv(runs_csv, dtype={"lr": str, "tokens": str})
     results = Path(results or paths.results_of_table(Path(runs_csv).resolve())).resolve()
     runs["run_dir"] = [str(results / d) for d in runs.run_dir]
@@ -51,7 +52,7 @@ def load_context(experiment, config, runs_csv, cells_csv, best_csv, paper_csv, r
     keys = ["model", "tokens", "optimizer", "batch", "lr", "seed"]
     mine = cells[cells.experiment == experiment].drop_duplicates(keys).merge(runs, on=keys, how="left")
     return Context(experiment, config, mine, best[best.experiment == experiment].reset_index(drop=True),
-                   pd.read_csv(paper_csv), results, drawing)
+                   pd.read_csv(paper_csv), results, drawing, look=look)
 
 
 def make(artifact, experiment, config, runs_csv, cells_csv, best_csv, paper_csv, prefix, first_look=None):
@@ -62,7 +63,8 @@ def make(artifact, experiment, config, runs_csv, cells_csv, best_csv, paper_csv,
     prefix.parent.mkdir(parents=True, exist_ok=True)
     table, verdict = ARTIFACT_FUNCTIONS[artifact](ctx, prefix)
     if first_look is not None:
-        verdict = looks.settle(verdict, first_look, artifact, experiment, ctx.stats.alpha)
+        verdict = looks.settle(verdict, first_look, artifact, experiment,
+                               Stats.from_report(ctx.report, 2, look=1).alpha)
     if artifact in ARTIFACT_RECAPS:
         verdict["recap"] = ARTIFACT_RECAPS[artifact](verdict["statements"])
     caption = (f"{verdict['reproduces']} ({experiment}): ours (mean ± std over the claim seeds) beside the paper's "

@@ -18,7 +18,7 @@ from merit_repro.config.configfiles import with_defaults
 from merit_repro.config import optimizer_sources
 from merit_repro.config.registry import OPTIMIZERS
 from merit_repro.plan.grid import grid_seeds, looks
-from merit_repro.plan.tuning import CLAIM, SELECTION_METRIC
+from merit_repro.plan.tuning import CLAIM, SELECTION_METRIC, choice_margin
 from merit_repro.report.claims import (
     ADDED,
     DESCRIPTIVE,
@@ -54,6 +54,7 @@ class Context(PaperNumbers):
     paper: pd.DataFrame
     results: Path | None = None   # the results folder the tables are in (per-group files beside them)
     drawing: bool = True    # False: statements only (the first look at the claim seeds draws nothing)
+    look: int = 2           # the look its statements are judged at, with two looks at the claim seeds
     _rivals: dict = dataclasses.field(default_factory=dict, repr=False)   # rivals(), once per group
 
     @property
@@ -66,7 +67,7 @@ class Context(PaperNumbers):
 
     @property
     def stats(self):
-        return Stats.from_report(self.report, looks(self.config))
+        return Stats.from_report(self.report, looks(self.config), self.look)
 
     @property
     def stats_once(self):
@@ -176,10 +177,10 @@ class Context(PaperNumbers):
         r = r[r.status == "ok"]
         losses = pd.to_numeric(r[SELECTION_METRIC], errors="coerce")
         by_cell = losses.groupby([r.model, r.optimizer, r.batch, r.lr]).agg(["var", "count"]).dropna()
-        df = float((by_cell["count"] - 1).sum())
+        df = int((by_cell["count"] - 1).sum())
         pooled = math.sqrt(float(((by_cell["count"] - 1) * by_cell["var"]).sum()) / df) if df else None
-        return grid_seeds(self.config, self.experiment), pooled, float(with_defaults(self.config, "tuning")
-                                                                       ["lr_choice_noise"])
+        return grid_seeds(self.config, self.experiment), (pooled, df), float(with_defaults(self.config, "tuning")
+                                                                             ["lr_choice_noise"])
 
     def _close_to_choice(self, model, optimizer, batch):
         row = self.best_row(model, optimizer, batch)
@@ -187,15 +188,15 @@ class Context(PaperNumbers):
             return ()
         seeds, pooled, noise = self._choice_noise
         found = set(str(row.get("rivals", "") or "").split()) if pd.notna(row.get("rivals")) else set()
-        own = row.get("choice_sd")
-        sd = float(own) if own is not None and pd.notna(own) else pooled
+        own, own_df = row.get("choice_sd"), row.get("choice_df")
+        sd, df = (float(own), int(own_df)) if own is not None and pd.notna(own) and pd.notna(own_df) else pooled
         r = self.runs
         cells = r[(r.model == model) & (r.optimizer == optimizer) & (r.batch == batch) & r.seed.isin(seeds)]
         losses = pd.to_numeric(cells[SELECTION_METRIC], errors="coerce").where(cells.status == "ok")
         by_lr = losses.groupby(cells.lr).agg(["mean", "count"])
         by_lr = by_lr[by_lr["count"] == len(seeds)]["mean"]
         if sd is not None and row.lr in by_lr.index:
-            margin = noise * sd * math.sqrt(2 / len(seeds))
+            margin = choice_margin(sd, df, len(seeds), noise)
             found |= {lr for lr in by_lr.index if lr != row.lr and by_lr[lr] - by_lr[row.lr] <= margin}
         return tuple(sorted(found, key=float))
 

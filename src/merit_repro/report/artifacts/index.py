@@ -32,24 +32,32 @@ def claims_table(verdicts, dropped=frozenset()):
     return pd.DataFrame(rows).reindex(columns=CLAIM_COLUMNS)
 
 
-def stats_of(config):
-    return Stats.from_report(with_defaults(config, "report"), looks(config))
+def stats_of(config, look=2):
+    """The stats a look's verdicts are tested at (the report's alpha with one look)."""
+    return Stats.from_report(with_defaults(config, "report"), looks(config), look)
+
+
+def report_alpha(config):
+    """The report's alpha: a verdict's level over the looks, and the false-discovery rate of its BH lines."""
+    return float(with_defaults(config, "report")["alpha"])
 
 
 def looks_text(config, stats):
     """The second look at the claim seeds, in words (empty with one look)."""
     if stats.looks == 1:
         return ""
+    first, alpha = stats_of(config, look=1).alpha, report_alpha(config)
     return (f" Two looks at the claim seeds (`second_look_seeds` {', '.join(map(str, second_look_seeds(config)))}): "
-            f"every statement is judged first on the claim seeds, at alpha {stats.alpha:g}, half the report's "
-            f"{stats.alpha * stats.looks:g}; the groups behind a statement left inconclusive for want of seeds (too "
+            f"every statement is judged first on the claim seeds, at alpha {first:g} of the report's {alpha:g} "
+            "(`report.first_look_share`); the groups behind a statement left inconclusive for want of seeds (too "
             "few seeds, within margin, not after Holm's correction, a close call tested at every rival LR) are trained "
             "at the second-look seeds too, at the "
             "same chosen LR and its rivals, and that statement is judged again on all of them at alpha "
             f"{stats.alpha:g}; every "
-            "other keeps its first verdict (`look` 1). A verdict is then false with probability at most "
-            f"{stats.alpha * stats.looks:g} at either look, whatever they share; the zero-shot statements are judged "
-            f"once, on the claim seeds their scores cover, at the full alpha {stats.alpha * stats.looks:g}.")
+            "other keeps its first verdict (`look` 1), and a comparison it settled is printed with its seeds wherever it "
+            f"is stated again. A verdict is then false with probability at most {first:g} + {stats.alpha:g} = "
+            f"{alpha:g} at either look, whatever they share; the zero-shot statements are judged once, on the claim "
+            f"seeds their scores cover, at the full alpha {alpha:g}.")
 
 
 def protocol(config):
@@ -64,7 +72,8 @@ def protocol(config):
             "What is compared (the estimand): each optimizer at its best LR on its grid (the config's `lr_grid`, "
             "extended off its edges), not at its optimum between grid points. The grid seeds' choice has noise of its "
             f"own: where another LR's grid-seed loss is within {noise:g} sd of a difference of grid-seed means of the "
-            "chosen one's (the sd: the group's own claim-seed spread), the "
+            "chosen one's (the sd: the group's own claim-seed spread; its normal level as a t quantile at the "
+            "spread's df), the "
             "choice was a close call, the claim seeds train at that rival LR too, and a verdict must hold at every "
             "rival LR of the terms that could overturn it as at the choice (an intersection–union test: each at "
             "alpha, no correction; `lr_choice`, and each group's grid with its standard errors in `best_lr.csv`). A "
@@ -103,13 +112,14 @@ def protocol_summary(config):
             f"one-sided test at alpha {stats.alpha:g} in every setting ({1 - 2 * stats.alpha:.0%} intervals); "
             "did-not-hold Holm-corrected over a statement's settings; a tolerance per metric fixed before the runs; "
             "each LR the grid's first choice on the grid seeds, reported on the claim seeds"
-            + (f"; two looks at the claim seeds, each at alpha {stats.alpha:g}." if stats.looks > 1 else "."))
+            + (f"; two looks at the claim seeds, at alpha {stats_of(config, look=1).alpha:g} then {stats.alpha:g}."
+               if stats.looks > 1 else "."))
 
 
 def write_index(verdict_paths, out, config, claims_csv=None):
     out = Path(out)
     verdicts = [json.loads(Path(p).read_text()) for p in sorted(map(str, verdict_paths))]
-    alpha = stats_of(config).alpha * stats_of(config).looks
+    alpha = report_alpha(config)
     dropped = not_kept(verdicts, alpha)
     table = claims_table(verdicts, dropped)
     table.to_csv(claims_csv or out.with_name("claims.csv"), index=False)
