@@ -39,6 +39,7 @@ def looked(tmp_path_factory):
     through both looks as the workflow does."""
     tmp = tmp_path_factory.mktemp("looks")
     config = {**demo_config(), "second_look_seeds": SECOND}
+    config["report"] = {**config.get("report", {}), "first_look_share": 0.5}   # an even split: each look at 0.025
     base = copy.deepcopy(CLEAR)
     base["merit"][64] = 3.18
     loss = landscape(base, noise=0.05)
@@ -110,6 +111,18 @@ def test_the_collect_step_takes_second_look_seeds_at_the_chosen_lr_only(looked):
     next(c for c in moved["cells"] if c["seed_origin"] == tuning.SECOND_LOOK)["lr"] = other
     assert any("its second look trained lr" in p for p in decision_problems(moved, spec))
     assert any("not in its grid" in p for p in decision_problems(d, {**spec, "second_look_seeds": []}))
+
+
+def test_the_looks_split_alpha_as_the_config_says():
+    """report.first_look_share (0.2 by default, from benchmarks/claims_power.py part 4): the first look at 0.01, the
+    second at 0.04, their sum the report's alpha; one look takes it whole."""
+    from merit_repro.config.configfiles import schema_defaults
+    from merit_repro.report.claims import Stats
+
+    report = schema_defaults("report")
+    first, second = (Stats.from_report(report, 2, look).alpha for look in (1, 2))
+    assert first == pytest.approx(0.01) and second == pytest.approx(0.04) and Stats.from_report(report).alpha == 0.05
+    assert Stats.from_report({**report, "first_look_share": 0.5}, 2, 1).alpha == pytest.approx(0.025)
 
 
 def test_second_look_seeds_must_be_new_seeds():

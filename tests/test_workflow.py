@@ -449,6 +449,7 @@ def test_a_second_look_trains_seeds_only_where_the_first_left_statements_undecid
                                        "batch_sizes": [4, 8], "lr_grid": {"adamw": [3.0e-3], "merit": [5.0e-3]},
                                        "artifacts": ["val_loss_vs_batch"]}}
     config.update(claim_seeds=[1, 2], second_look_seeds=[3])
+    config["report"] = {**config.get("report", {}), "first_look_share": 0.5}   # an even split: each look at 0.025
     path = tmp_path / "looks.yaml"
     path.write_text(dump_config(config))
     workdir = copy_workflow(tmp_path / "wf")
