@@ -198,3 +198,17 @@ def test_close_calls_beyond_max_rivals_are_recorded_untrained():
     none = tune({**SPEC, "max_rivals": 0}, train_on(flat))
     assert none["rivals"] == [] and none["close_calls"] == ["1e-3", "4e-3"]
     assert {c[0] for c in none["cells"] if c[1] != 0} == {"2e-3"}
+
+
+def test_the_texts_name_the_settings_holm_ran_over():
+    """A setting without a result takes no part in Holm's correction, and the words do not count it."""
+    from merit_repro.report.claims import Estimate
+
+    def setting(batch, a, b):
+        x = of_values("x", values(a), ("S", batch), False, "1e-3", SELECTION_METRIC, (), ("S", "x", batch))
+        y = of_values("y", values(b, 0.0), ("S", batch), False, "1e-3", SELECTION_METRIC, (), ("S", "y", batch))
+        return Setting("S", str(batch), x, y)
+    missing = Setting("S", "99", Estimate("x", None), Estimate("y", None))
+    s = statement("x lower", [setting(1, 3.2, 3.0), setting(2, 3.0, 3.01), missing], S)
+    assert s.rows[0].verdict == NOT_HELD and s.rows[0].tests == 3
+    assert "Holm's correction over the statement's 2 testable settings" in s.rows[0].detail

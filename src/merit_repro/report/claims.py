@@ -444,6 +444,7 @@ class Row:
     detail: str = ""               # the verdict in words
     for_side: list = field(default_factory=list)       # (where, Comparison) at the rival LRs that could overturn held
     against_side: list = field(default_factory=list)   # ... a did-not-hold
+    holm_over: int = 0                 # the settings Holm's correction ran over: those with a test (a comparison)
     p_against: float | None = None     # did-not-hold's p here, Holm-adjusted over the statement's settings
     p_equivalent: float | None = None  # equivalence's (TOST) p here
 
@@ -637,7 +638,7 @@ def judge(row, against_rejected, chosen_against_rejected):
     test = "non-inferiority: " if kind == NO_WORSE else ""
     words = (f"{test}difference {c.difference:+.4g}, {1 - 2 * alpha:.0%} interval [{low:+.4g}, {high:+.4g}] (each end "
              f"a one-sided test at {alpha:g}), tolerance ± {c.tolerance:.3g} ({c.basis})")
-    holm = f"Holm's correction over the statement's {row.tests} settings" if row.tests > 1 else ""
+    holm = f"Holm's correction over the statement's {row.holm_over} testable settings" if row.holm_over > 1 else ""
     verdict, blockers = _verdict(kind, alpha, ev, against_rejected, c)
     at_choice, choice_blockers = _verdict(kind, alpha, chosen, chosen_against_rejected, c)
     if verdict == INCONCLUSIVE and at_choice != INCONCLUSIVE and not choice_blockers:
@@ -764,7 +765,7 @@ def statement(claim, settings, stats, kind=LOWER, pooled=None):
     for r in rows:
         if r.kind == DESCRIPTIVE:
             continue
-        r.tests = len(testable)
+        r.tests, r.holm_over = len(testable), len(decidable)
         judge(r, rejected.get(id(r), False), chosen_rejected.get(id(r), False))
         if r.setting.not_tested:
             r.verdict, r.why, r.tests = NOT_TESTED, "", 0
