@@ -252,11 +252,11 @@ def family_summary(statements, alpha, title="Statements", scope="the whole repor
     parts = []
     for verdict, (ps, kept, keep) in bh_families(statements, alpha).items():
         decided = [t for t, s in tested.items() if s["result"] == verdict]
-        parts.append(f"{verdict}: {sum(t in keep for t in decided)} of the {len(decided)} kept")
+        parts.append(f"{sum(t in keep for t in decided)} of the {len(decided)} {verdict}")
     lines.append(f"Across the {len(tested)} distinct tested statements{again}, Benjamini–Hochberg at a false-discovery "
                  f"rate of {alpha:g}, one family per verdict on the p-value of that verdict's own one-sided test in "
-                 f"every statement, keeps {'; '.join(parts)}: read together, the kept are the verdicts that survive the "
-                 f"multiplicity of {scope}; each verdict alone is a test at alpha (the ones not kept are marked "
+                 f"every statement, keeps {', '.join(parts)}: read together, the kept are the verdicts that survive "
+                 f"the multiplicity of {scope}; each verdict alone is a test at alpha (the ones not kept are marked "
                  f"'{NOT_KEPT}').")
     return lines
 
