@@ -259,3 +259,23 @@ def test_an_optimizer_check_that_crashes_stops_the_workflow_in_one_line(tmp_path
     assert errors == [f"error: the optimizer check failed (RuntimeError: `fused` and `foreach` cannot be `True` "
                       f"together.); its command and full output are in results/logs/preflight/optimizer_check.log"]
     assert log.read_text().startswith("$ ") and "Traceback" in log.read_text()
+
+
+def test_the_cost_tool_never_prices_from_an_impossible_rate(tmp_path):
+    """A non-finite or physically impossible rate, MFU or core count is refused in one line naming the flag: a cost
+    computed from it would print 0 GPU-hours."""
+    cost = [sys.executable, "-m", "merit_repro.plan.cost", "--configfile", str(TINY_WORKFLOW)]
+    check = tmp_path / "check.json"
+    check.write_text(json.dumps({"device": "gpu", "rows": [
+        {"part": 6, "check": "demo-tiny eager: tokens/s, MFU, peak GiB", "value": "9" * 400 + ", 1%, 2",
+         "result": "ok"}]}))
+    for flags, says in ((["--tokens-per-s-per-gpu", "inf"], "--tokens-per-s-per-gpu inf tokens/s"),
+                        (["--peak-flops", "inf"], "--peak-flops inf must be a finite number"),
+                        (["--cpu-flops", "inf"], "--cpu-flops inf must be a finite number"),
+                        (["--rate-of", "gpt2-small=1e308"], "--rate-of 1e+308 tokens/s of gpt2-small"),
+                        (["--mfu", "5"], "--mfu 5 must be a finite number > 0 and at most 1"),
+                        (["--from-gpu-check", str(check)], f"--from-gpu-check {check}: inf tokens/s")):
+        line = one_error_line(subprocess.run(cost + flags, capture_output=True, text=True))
+        assert says in line, line
+    ok = subprocess.run(cost + ["--tokens-per-s-per-gpu", "180000"], capture_output=True, text=True)
+    assert ok.returncode == 0 and "total" in ok.stdout

@@ -21,6 +21,7 @@ config's models: an upper bound on the speed of a model too small to fill a GPU 
 
 import argparse
 import json
+import math
 import re
 import sys
 from collections import defaultdict
@@ -76,6 +77,31 @@ def seconds_per_flop(config, peak_flops=989e12, mfu=0.4, tokens_per_s_per_gpu=No
     return 1 / (peak_flops * mfu)
 
 
+# Physical ceilings of what the cost tool is told: a rate beyond them is a typo, and a cost computed from it is
+# no cost at all (an infinite or absurd rate prices every run at 0 GPU-hours).
+MAX_GPU_FLOPS = 1e17        # FLOP/s of one GPU: 100x an H100's dense bf16 peak (989e12)
+MAX_CPU_FLOPS = 1e13        # FLOP/s of one CPU core: 1,000x what this project's cells measured
+MAX_CORES = 1_000_000
+
+
+def bounded(flag, value, high, what):
+    """value, or a UserError naming the flag when it is not a finite number in (0, high]."""
+    if not (math.isfinite(value) and 0 < value <= high):
+        raise UserError(f"{flag} {value:g} must be a finite number > 0 and at most {high:g} ({what})")
+    return value
+
+
+def gpu_rate(flag, tokens_per_s, per_token, model):
+    """A measured tokens/s as one GPU's training FLOP/s, or a UserError naming the flag when that is not finite or
+    beyond MAX_GPU_FLOPS."""
+    rate = tokens_per_s * per_token
+    if not (math.isfinite(rate) and 0 < rate <= MAX_GPU_FLOPS):
+        raise UserError(f"{flag} {tokens_per_s:g} tokens/s of {model} ({per_token:.3g} FLOP a token) is {rate:g} "
+                        f"training FLOP/s of one GPU: it must be finite and at most {MAX_GPU_FLOPS:g} (100x an H100's "
+                        "peak); give the tokens/s measured")
+    return rate
+
+
 def rate_of(text):
     """(FLOP/s, what was measured) of --rate-of SIZE=TOKENS_PER_S: a named model size's measured tokens/s at its
     own context (1024 unless the size names one) with GPT-2 BPE, times its training FLOPs per token."""
@@ -89,6 +115,7 @@ def rate_of(text):
                         "and a number > 0, e.g. gpt2-small=450000")
     context = MODEL_SIZES[size].get("block_size", 1024)
     per_token, _ = flops.of_cell({"model": size, "tokenizer": "gpt2", "block_size": context})
+    gpu_rate("--rate-of", tokens_per_s, per_token, size)
     return tokens_per_s * per_token, f"{size}'s {tokens_per_s:,.0f} tokens/s at context {context}, by FLOPs"
 
 
@@ -162,11 +189,19 @@ def main(argv=None):
         value = getattr(args, flag)
         if value is not None and not value > 0:
             raise UserError(f"--{flag.replace('_', '-')} {value:g} must be > 0")
+    bounded("--cores", args.cores, MAX_CORES, "cores of one machine")
+    bounded("--cpu-flops", args.cpu_flops, MAX_CPU_FLOPS, "training FLOP/s of one core")
+    bounded("--peak-flops", args.peak_flops, MAX_GPU_FLOPS, "FLOP/s of one GPU")
+    bounded("--mfu", args.mfu, 1.0, "a share of the peak")
     config = configfiles.load(args.configfile)
     validate(config)
     tokens_per_s, measured = args.tokens_per_s_per_gpu, "largest model"
     if args.from_gpu_check:
         tokens_per_s, measured = gpu_check_rate(args.from_gpu_check, config)
+    if tokens_per_s:
+        model = largest_model(config)
+        gpu_rate(f"--from-gpu-check {args.from_gpu_check}:" if args.from_gpu_check else "--tokens-per-s-per-gpu",
+                 tokens_per_s, flops_per_token(config, model)[0], f"{model}, the config's largest model")
     gpu_seconds_per_flop = seconds_per_flop(config, args.peak_flops, args.mfu, tokens_per_s)
     rate = (f"{tokens_per_s:,.0f} tokens/s per GPU ({measured})" if tokens_per_s
             else f"{args.peak_flops / 1e12:.0f} TFLOP/s x MFU {args.mfu}")
