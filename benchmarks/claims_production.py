@@ -46,7 +46,6 @@ from synthetic import build, look_twice  # noqa: E402
 from merit_repro.config.configfiles import schema_defaults  # noqa: E402
 from merit_repro.report.artifacts import ARTIFACT_FUNCTIONS, load_context  # noqa: E402
 from merit_repro.report.artifacts.looks import settle  # noqa: E402
-from merit_repro.report.artifacts.context import Context  # noqa: E402
 from merit_repro.report.claims import EQUIVALENT, HELD, NOT_HELD, Stats  # noqa: E402
 
 PAPER_NUMBERS = ROOT / "workflow" / "resources" / "paper_numbers.csv"
