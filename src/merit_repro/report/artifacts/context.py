@@ -143,10 +143,10 @@ class Context(PaperNumbers):
         """(the rival LRs of a group's choice, the estimates at those its chosen LR's seeds trained at, from at_lr(lr)):
         an LR whose claim seeds diverged there is no rival (a diverged LR cannot be the best)."""
         rivals = self.rivals(model, optimizer, batch)
-        found = []
+        found, seeds = [], set(self.seed_runs(model, optimizer, batch).seed) if rivals else set()
         for lr in rivals:
-            runs, seeds = self.seed_runs(model, optimizer, batch, lr), self.seed_runs(model, optimizer, batch).seed
-            if set(runs.seed) != set(seeds):
+            runs = self.seed_runs(model, optimizer, batch, lr)
+            if set(runs.seed) != seeds:
                 continue   # uncovered: the verdicts it could overturn stay undecided
             if (runs.status != "ok").any():
                 rivals = tuple(x for x in rivals if x != lr)

@@ -64,7 +64,8 @@ def settle(record, first_look, artifact, experiment, alpha):
             statements.append({**b["statement"], "look": FIRST})
             rows += [{**x, "look": FIRST} for x in b["rows"]]
     seeds = ", ".join(map(str, first_look["seeds"]))
-    note = (f"two looks at the claim seeds, each at alpha {first_look['alpha']:g}: {len(now) - again} statement(s) "
+    note = (f"two looks at the claim seeds, the first at alpha {first_look['alpha']:g}, the second at the rest of the "
+            f"report's alpha: {len(now) - again} statement(s) "
             f"kept the first look's verdict, {again} left undecided for want of seeds were judged again with the "
             f"second-look seeds ({seeds}) in every group behind them; the table and figure show every seed a group "
             "has, a kept statement's rows its first look's, and a comparison the first look settled in any statement "
