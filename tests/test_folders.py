@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from merit_repro.plan import folders
-from merit_repro.utils import UserError, read_json
+from merit_repro.plan import folders, paths, records
+from merit_repro.utils import UserError, atomic_write_json, read_json, sha256_file
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = ("val_loss_vs_batch", "lr_sensitivity", "mal_vs_step")
@@ -34,14 +34,28 @@ def refusal(results, figures, adopt=False):
     return line
 
 
-def legacy_figures(folder):
-    outputs = [f"{a}/sweep{ext}" for a in ARTIFACTS[:2] for ext in folders.ARTIFACT_SUFFIXES]
-    return make(folder, "README.md", "claims.csv", ".gitkeep", *outputs)
+def finished_run(folder):
+    """A run's folder as the trainer leaves it: its summary.json records its result files' sha256."""
+    make(folder, *paths.VOUCHED, "train.log", "cell.yaml", ".lock")
+    (folder / "metrics.csv").write_text("step,loss\n1,3.0\n")
+    atomic_write_json(folder / paths.SUMMARY, {"status": "completed", "files": records.vouch(folder)})
+    return folder
 
 
-def legacy_results(folder):
-    return make(folder, "runs/S/262144/adamw/bs16/lr1e-3/seed0/summary.json", "tables/runs.csv",
-                "logs/report/collect_runs.log", "tuning/x/final.json", "gpu_check.json")
+def prepared_corpus(folder):
+    """A corpus's folder as the data rule leaves it: its meta.json records its token files' sha256."""
+    make(folder, "train.bin", "val.bin", ".verified.json")
+    splits = {s: {"file": f"{s}.bin", "sha256": sha256_file(folder / f"{s}.bin")} for s in ("train", "val")}
+    atomic_write_json(folder / "meta.json", {"splits": splits})
+    return folder
+
+
+def copied_results(folder):
+    """Runs and a corpus copied without the folder's record (rsync of runs/ and data/ from another machine)."""
+    finished_run(folder / "runs/S/262144/adamw/bs16/lr1e-3/seed0")
+    prepared_corpus(folder / "data/shakespeare-bytes")
+    make(folder, "gpu_check.json", "pilot/mechanism/pilot.csv")   # the project's other tools, beside the workflow
+    return folder
 
 
 def test_new_folders_are_claimed_when_the_run_starts_and_then_are_its_own(tmp_path):
@@ -78,33 +92,94 @@ def test_a_hand_written_readme_in_figures_is_refused_even_when_asked_to_adopt(tm
     assert (config / "README.md").read_text() == "x" and not (config / folders.RECORD).exists()
 
 
+@pytest.mark.parametrize("role, names", [
+    ("results", ["tables/runs.csv"]),
+    ("results", ["runs/notes.txt", "logs/mine.log"]),
+    ("figures", ["README.md", "claims.csv"]),
+    ("figures", ["val_loss_vs_batch/sweep.csv", "val_loss_vs_batch/sweep.md"]),
+])
+def test_files_named_as_the_workflow_names_its_own_are_never_claimed_by_their_names(tmp_path, role, names):
+    """A user's tables/runs.csv, or a README.md beside a claims.csv, is laid out as the workflow lays out its own:
+    their names show nothing, so the folder is refused, and adopting it is refused too, since the run would
+    overwrite them."""
+    folder = make(tmp_path / role, *names)
+    other = tmp_path / ("figures" if role == "results" else "results")
+    pair = (folder, other) if role == "results" else (other, folder)
+    for adopt in (False, True):
+        line = refusal(*pair, adopt)
+        assert f"{role} folder" in line and "would overwrite" in line and names[0] in line, line
+    assert all((folder / name).read_text() == "x" for name in names)
+
+
 def test_foreign_files_are_named_and_adopting_keeps_them_on_record(tmp_path):
     results = make(tmp_path / "results", "notes.txt", "old/a.csv")
     line = refusal(results, tmp_path / "figures")
-    assert "results folder" in line and "notes.txt, old/" in line and "--config adopt_folders=true" in line
+    assert "results folder" in line and "notes.txt, old/a.csv" in line
+    assert f"({folders.ADOPT})" in line and folders.ADOPT == "--config adopt_folders=True"
     claims = plan(results, tmp_path / "figures", adopt=True)
     assert claims[str(results)]["found"] == ["notes.txt", "old/"]
     assert claims[str(results)]["claimed"].startswith("adopted")
 
 
-def test_an_earlier_versions_layout_is_adopted(tmp_path):
-    results, figures = legacy_results(tmp_path / "results"), legacy_figures(tmp_path / "paper_figures")
-    legacy_results(results / "mechanism")   # another config's folders inside, as config/mechanism.yaml puts them
-    legacy_figures(figures / "mechanism")
+def test_runs_and_corpora_copied_without_the_record_are_shown_by_their_hashes(tmp_path):
+    results, figures = copied_results(tmp_path / "results"), tmp_path / "paper_figures"
+    copied_results(results / "mechanism")
+    folders.claim(plan(results / "mechanism", tmp_path / "fig2"))   # another config's folder: its record shows it
     make(figures / "lion", folders.RECORD)
-    claims = plan(results, figures)
-    assert [r["claimed"] for r in claims.values()] == ["laid out by the workflow"] * 2
+    assert plan(results, figures)[str(results)]["claimed"] == "its content shown to be the workflow's"
+
+
+@pytest.mark.parametrize("change", ["edited", "extra", "weights", "corpus"])
+def test_a_copied_run_or_corpus_that_its_records_do_not_show_is_refused(tmp_path, change):
+    results = copied_results(tmp_path / "results")
+    run, corpus = results / "runs/S/262144/adamw/bs16/lr1e-3/seed0", results / "data/shakespeare-bytes"
+    changed = {"edited": run / "metrics.csv", "extra": run / "notes.txt", "weights": run / "model.pt",
+               "corpus": corpus / "train.bin"}[change]
+    if change == "weights":   # weights the summary records, then other bytes
+        changed.write_bytes(b"w")
+        summary = read_json(run / paths.SUMMARY)
+        atomic_write_json(run / paths.SUMMARY, {**summary, "weights": records.weights_record(run)})
+    changed.write_text("the user's own")
+    assert "would overwrite " in refusal(results, tmp_path / "figures", adopt=True)
+    assert changed.relative_to(results).as_posix() in set(folders.unproven(results, "results", ARTIFACTS))
+
+
+def test_links_and_special_files_are_never_followed_or_read(tmp_path):
+    """A record that is a FIFO (a hang when read) or a link to /dev/zero (a read without end) is damaged, in one
+    line; a FIFO or a link inside a folder is someone else's file."""
+    import os
+
+    results = tmp_path / "results"
+    results.mkdir()
+    os.mkfifo(results / folders.RECORD)
+    assert "damaged (not a plain file)" in refusal(results, tmp_path / "figures")
+    (results / folders.RECORD).unlink()
+    (results / folders.RECORD).symlink_to("/dev/zero")
+    assert "damaged (a symlink or special file" in refusal(results, tmp_path / "figures")
+    (results / folders.RECORD).unlink()
+    os.mkfifo(results / "pipe")
+    (results / "runs").mkdir()
+    (results / "runs" / "link").symlink_to("/dev/zero")
+    line = refusal(results, tmp_path / "figures", adopt=True)
+    assert "would overwrite runs/link" in line and "pipe" in line
+
+
+def test_a_folder_that_cannot_be_made_is_refused_in_one_line(tmp_path):
+    make(tmp_path, "file")
+    assert "lies under" in refusal(tmp_path / "file" / "results", tmp_path / "figures")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    assert "is a symlink to nothing" in refusal(tmp_path / "dangling", tmp_path / "figures")
 
 
 def test_a_rebuild_from_a_bundle_gets_its_own_folder_beside_the_runs(tmp_path):
     """bundle.rebuild_folder puts a rebuild's results under results/from_bundle/: claimed there, and the results
-    folder around it still the workflow's layout."""
-    results, figures = legacy_results(tmp_path / "results"), tmp_path / "paper_figures"
+    folder around it still the workflow's."""
+    results, figures = copied_results(tmp_path / "results"), tmp_path / "paper_figures"
     rebuild = results / "from_bundle" / "demo-0123456789ab"
     folders.claim(plan(rebuild, figures))
     make(rebuild, "runs/S/x/summary.json", "origin/tables/runs.csv")
     assert plan(rebuild, figures) == {}
-    assert plan(results, figures)[str(results)]["claimed"] == "laid out by the workflow"
+    assert plan(results, figures)[str(results)]["claimed"] == "its content shown to be the workflow's"
 
 
 @pytest.mark.parametrize("stray", ["README.md", "val_loss_vs_batch/notes.txt", "val_loss_vs_batch/sub/a.png",
@@ -154,3 +229,21 @@ def test_figures_in_a_folder_with_a_readme_are_refused_before_any_job(tmp_path):
     assert len(lines) == 1 and "figures folder notes holds" in lines[0] and "overwrite README.md" in lines[0], lines
     assert "Job stats" not in r.stdout + r.stderr and not (workdir / "results").exists()
     assert readme.read_text() == "x"
+
+
+@pytest.mark.slow
+def test_the_refusals_advice_works_as_printed(tmp_path):
+    """The refusal of a folder holding a user's notes advises --config adopt_folders=True: given to Snakemake as
+    printed, the dry run goes on and the notes stay."""
+    from test_workflow import TINY, copy_workflow
+
+    workdir = copy_workflow(tmp_path / "wf")
+    notes = make(workdir / "results", "notes.txt") / "notes.txt"
+    cmd = [sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--configfile", str(TINY)]
+    refused = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True)
+    (line,) = [line for line in (refused.stdout + refused.stderr).splitlines() if "notes.txt" in line]
+    advice = re.search(r"\((--config \S+)\)$", line)
+    assert refused.returncode != 0 and advice, line
+    adopted = subprocess.run(cmd + advice.group(1).split(), cwd=workdir, capture_output=True, text=True)
+    assert adopted.returncode == 0, adopted.stderr[-3000:]
+    assert notes.read_text() == "x"

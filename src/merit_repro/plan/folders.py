@@ -1,41 +1,59 @@
-"""The folders the workflow writes (`results`, `figures`) are its own: each holds a record that says so, and a
-folder holding files the workflow did not write is refused before any job, never written into.
+"""The folders the workflow writes (`results`, `figures`) are its own: each holds a record that says so. A folder
+without one is the workflow's only where its content shows it, and a folder that could hold a file the workflow would
+overwrite unknowingly is refused before any job, naming the files.
 
     <folder>/.merit_repro_folder.json   what the folder is, its role, when and how it was claimed, and the
                                         entries found in it then that are not the workflow's (`found`)
 
-A folder is claimed when it is new or empty, or when everything in it is laid out as the workflow lays out that
-role (a folder an earlier version made, before records); with `adopt_folders` also when it holds other files, as
-long as none lies where the workflow writes. The workflow writes only the layout below, so the files of a claimed
-folder are told apart by it: the layout's are the workflow's, `found` lists the rest.
+A folder without a record is claimed when it is new or empty, or when every file in it is shown to be the workflow's
+by the hashes the workflow keeps: a run's folder whose summary.json records its result files (and weights) as they
+are, a corpus's folder whose meta.json records its token files as they are (results copied without their record),
+or a folder of the workflow's inside it with a record of its own (another config's). Names alone show nothing: a
+`tables/` or `README.md` may be anyone's. The project's other tools write beside the workflow (`SIDE_TOOLS`), never
+where it writes, so their files need no proof.
+
+Anything else is refused. With `adopt_folders` a folder is claimed beside such files as long as none lies where the
+workflow writes (`LAYOUT`), so that the workflow never overwrites a file it did not write; the record keeps them.
+Nothing here follows a symlink or opens a special file: either is someone else's.
 """
 
 import datetime
+import json
+import os
+import stat
 from pathlib import Path
 
 from merit_repro.plan import paths
-from merit_repro.utils import UserError, atomic_write_json, read_json
+from merit_repro.plan.records import WEIGHTS, check_weights, file_problems
+from merit_repro.utils import UserError, atomic_write_json, sha256_file
 
 RECORD = ".merit_repro_folder.json"
+RECORD_BYTES = 1 << 16   # a record is a few hundred bytes; anything larger is not one
 WHAT = "an output folder of the merit_repro workflow"
 PLACEHOLDERS = (".gitkeep",)   # a clone's empty paper_figures/ keeps one
-# Top-level folders of a results folder: paths.py's, the bundles' (made and rebuilt) and the pilot scripts'
-RESULTS_FOLDERS = (paths.DATA, paths.RUNS, paths.TUNING, paths.ZEROSHOT, "zeroshot_tasks", paths.TABLES, "logs",
-                   "benchmarks", "bundle", "from_bundle", "origin", "pilot")
-RESULTS_FILES = ("gpu_check.json",)   # scripts/gpu_check.sh's default --out
+# Where the workflow writes in a results folder: paths.py's folders, the bundles' (made and rebuilt) and the logs
+RESULTS_WRITES = (paths.DATA, paths.RUNS, paths.TUNING, paths.ZEROSHOT, "zeroshot_tasks", paths.TABLES, "logs",
+                  "bundle", "from_bundle", paths.ORIGIN)
+# What the project's other tools write in a results folder, never the workflow: scripts/gpu_check.sh's default
+# --out, the pilot scripts' and the benchmarks' folders
+SIDE_TOOLS = ("gpu_check.json", "pilot", "benchmarks")
 INDEX_FILES = ("README.md", "claims.csv")   # written together by the figures_readme rule
 ARTIFACT_SUFFIXES = (".csv", ".md", ".tex", ".json", ".png", ".pdf")
 LAYOUT = {
-    "results": f"{', '.join(name + '/' for name in RESULTS_FOLDERS)} and {', '.join(RESULTS_FILES)}",
+    "results": f"{', '.join(name + '/' for name in RESULTS_WRITES)}",
     "figures": f"{', '.join(INDEX_FILES)} and <artifact>/<experiment>{{{','.join(ARTIFACT_SUFFIXES)}}}",
 }
+# A run folder's files besides those its summary.json records: what the trainer and the launcher write there
+RUN_OWN = (paths.SUMMARY, *paths.RUN_LOGS, "cell.yaml", "ckpt.pt", ".lock", WEIGHTS)
+CORPUS_OWN = ("meta.json", ".verified.json")
 SHOWN = 3   # entries a refusal names
+ADOPT = "--config adopt_folders=True"   # Snakemake's --config reads only True and False as booleans
 
 
 def plan_claims(folders, artifacts, adopt=False):
     """{folder: the record to write when a run starts} for each role's folder ({role: folder}) that is not yet
     the workflow's; a folder whose record says so needs none. UserError (one line) when the folders overlap or
-    one holds files the workflow did not write."""
+    one holds files the workflow cannot show to be its own."""
     check_apart(folders)
     claims = {}
     for role, folder in folders.items():
@@ -56,42 +74,69 @@ def check_apart(folders):
 
 def claim_for(folder, role, artifacts, adopt=False):
     """The record that claims folder for role, or None when it is the workflow's already; UserError naming what
-    it holds, and the fix, when it holds files the workflow did not write."""
+    it holds, and the fix, when it holds files the workflow cannot show to be its own."""
     folder = Path(folder)
-    if (folder / RECORD).exists():
+    check_place(folder, role)
+    if os.path.lexists(folder / RECORD):
         check_record(folder, role)
         return None
     if not folder.exists():
         return record(role, "new")
-    if not folder.is_dir():
-        raise UserError(f"{role} folder {folder} is a file: choose a folder for {role} (--config {role}=PATH)")
-    found = sorted(foreign_entries(folder, role, artifacts))
-    if not found:
-        return record(role, "laid out by the workflow" if has_output(folder) else "empty")
-    in_the_way = [name for name in found if name.rstrip("/") in written_names(role, artifacts)]
+    files = sorted(unproven(folder, role, artifacts))
+    if not files:
+        return record(role, "its content shown to be the workflow's" if has_output(folder) else "empty")
+    in_the_way = [name for name in files if lies_where_written(name, role, artifacts)]
     if in_the_way or not adopt:
-        raise UserError(refusal(folder, role, found, in_the_way))
-    return record(role, "adopted (adopt_folders: true)", found)
+        raise UserError(refusal(folder, role, files, in_the_way))
+    return record(role, "adopted (adopt_folders: true)", top_level(files))
+
+
+def check_place(folder, role):
+    """A folder can be made at folder: nothing on its way is a file, and it is not a link to nowhere."""
+    fix = f"choose a folder for {role} (--config {role}=PATH)"
+    for above in (folder, *folder.parents):
+        if above.is_symlink() and not above.exists():
+            raise UserError(f"{role} folder {folder}: {above} is a symlink to nothing: remove it, or {fix}")
+        if above.exists() and not above.is_dir():
+            where = "is a file" if above == folder else f"lies under {above}, which is a file"
+            raise UserError(f"{role} folder {folder} {where}: {fix}")
 
 
 def check_record(folder, role):
+    path = folder / RECORD
     try:
-        recorded = read_json(folder / RECORD)["role"]
+        recorded = read_record(path)["role"]
     except (OSError, ValueError, KeyError, TypeError) as err:
-        raise UserError(f"{folder / RECORD} is damaged ({err}): remove it if {folder} holds only the workflow's "
-                        f"files, else choose another folder for {role}") from None
+        raise UserError(f"{path} is damaged ({err}): remove it if {folder} holds only the workflow's files, else "
+                        f"choose another folder for {role} (--config {role}=PATH)") from None
     if recorded != role:
         raise UserError(f"{folder} is the workflow's {recorded} folder ({RECORD}), not a {role} folder: choose "
                         f"another folder for {role} (--config {role}=PATH)")
 
 
-def refusal(folder, role, found, in_the_way):
-    more = ", ..." if len(found) > SHOWN else ""
-    what = f"{role} folder {folder} holds files the workflow did not write ({', '.join(found[:SHOWN])}{more})"
+def read_record(path):
+    """A folder's record as a dict: a plain file of at most RECORD_BYTES, never a link or a special file."""
+    mode = os.lstat(path).st_mode
+    if not stat.S_ISREG(mode):
+        raise ValueError("a symlink or special file, not a record" if stat.S_ISLNK(mode) else "not a plain file")
+    with open(path, "rb") as f:
+        data = f.read(RECORD_BYTES + 1)
+    if len(data) > RECORD_BYTES:
+        raise ValueError(f"larger than a record ({RECORD_BYTES:,} bytes)")
+    content = json.loads(data)
+    if not isinstance(content, dict):
+        raise TypeError("not a JSON object")
+    return content
+
+
+def refusal(folder, role, files, in_the_way):
+    more = ", ..." if len(files) > SHOWN else ""
+    what = (f"{role} folder {folder} holds {len(files)} file(s) the workflow cannot show it wrote "
+            f"({', '.join(files[:SHOWN])}{more})")
     fix = f"choose a new or empty folder for {role} (--config {role}=PATH)"
     if in_the_way:
         return f"{what}, and it would overwrite {', '.join(in_the_way[:SHOWN])}: {fix}, or move them away"
-    return f"{what}: {fix}, or let the workflow write beside them (--config adopt_folders=true)"
+    return f"{what}: {fix}, or let the workflow write beside them ({ADOPT})"
 
 
 def record(role, how, found=()):
@@ -106,49 +151,114 @@ def claim(claims):
         atomic_write_json(Path(folder) / RECORD, content)
 
 
-# ---------------------------------------------------------------- the layout
+# ---------------------------------------------------------------- what a folder holds
 
 
-def written_names(role, artifacts):
-    """The names the workflow writes at the top of a folder of role."""
-    return set(RESULTS_FOLDERS + RESULTS_FILES) if role == "results" else set(INDEX_FILES) | set(artifacts)
+def unproven(folder, role, artifacts):
+    """The paths (relative to folder, '/'-separated) of the entries that nothing shows to be the workflow's: files,
+    links and special files, and folders that cannot be read."""
+    top = Path(folder)
+    for path in walk(top, role):
+        yield path.relative_to(top).as_posix() + ("/" if is_real_dir(path) else "")
 
 
-def foreign_entries(folder, role, artifacts, nested=True):
-    """The top-level entries of folder that are not the workflow's ("name/" for a folder), one by one; with
-    nested, a folder laid out as one of the workflow's counts as its own (one level deep, not further)."""
-    for path in Path(folder).iterdir():
-        if not is_ours(path, role, artifacts, nested):
-            yield f"{path.name}/" if path.is_dir() else path.name
+def walk(folder, role, depth=0):
+    """The entries under folder not shown to be the workflow's, without following a link."""
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError:
+        yield Path(folder)
+        return
+    for entry in entries:
+        path = Path(entry.path)
+        if depth == 0 and (entry.name in PLACEHOLDERS or role == "results" and entry.name in SIDE_TOOLS):
+            continue
+        if not entry.is_dir(follow_symlinks=False):
+            yield path
+        elif os.path.lexists(path / RECORD):   # another config's folder, inside this one
+            continue
+        elif (own := own_names(path)) is not None:
+            yield from (Path(e.path) for e in os.scandir(path)
+                        if e.name not in own or not e.is_file(follow_symlinks=False))
+        else:
+            yield from walk(path, role, depth + 1)
+
+
+def is_real_dir(path):
+    return path.is_dir() and not path.is_symlink()
+
+
+def own_names(path):
+    """The names the workflow writes in a run's or a corpus's folder whose records show its files as they are
+    (sizes and sha256); None for any other folder."""
+    if run_files_shown(path):
+        return {*RUN_OWN, *paths.VOUCHED}
+    corpus = corpus_files_shown(path)
+    return None if corpus is None else {*CORPUS_OWN, *corpus}
+
+
+def run_files_shown(path):
+    """Whether path is a finished run's folder whose summary.json records each result file (and the weights) as
+    they are."""
+    summary = read_plain_json(path / paths.SUMMARY)
+    recorded = summary.get("files") if isinstance(summary, dict) else None
+    if not isinstance(recorded, dict) or not recorded or not set(recorded) <= set(paths.VOUCHED):
+        return False
+    if not all(is_plain_file(path / name) for name in recorded) or file_problems(path, summary):
+        return False
+    if not os.path.lexists(path / WEIGHTS):
+        return True
+    try:
+        check_weights(path, summary)
+    except (UserError, OSError):
+        return False
+    return is_plain_file(path / WEIGHTS)
+
+
+def corpus_files_shown(path):
+    """The names of a prepared corpus's token files when its meta.json records each one's sha256 as it is; else
+    None."""
+    meta = read_plain_json(path / "meta.json")
+    files = (meta.get("splits") or meta.get("files")) if isinstance(meta, dict) else None
+    if not isinstance(files, dict) or not files or not all(isinstance(e, dict) for e in files.values()):
+        return None
+    names = {e.get("file"): e.get("sha256") for e in files.values()}
+    for name, digest in names.items():
+        if not isinstance(name, str) or "/" in name or not is_plain_file(path / name) \
+                or sha256_file(path / name) != digest:
+            return None
+    return set(names)
+
+
+def is_plain_file(path):
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def read_plain_json(path, limit=1 << 24):
+    """A JSON file's content, or None where it is missing, not a plain file, larger than limit or not JSON."""
+    if not is_plain_file(path) or os.lstat(path).st_size > limit:
+        return None
+    try:
+        return json.loads(Path(path).read_bytes())
+    except (OSError, ValueError):
+        return None
 
 
 def has_output(folder):
-    return any(path.name not in PLACEHOLDERS for path in Path(folder).iterdir())
+    return any(entry.name not in PLACEHOLDERS for entry in os.scandir(folder))
 
 
-def is_ours(path, role, artifacts, nested):
-    if path.name in PLACEHOLDERS or in_layout(path, role, artifacts):
-        return True
-    return path.is_dir() and is_workflow_folder(path, artifacts, nested)
+def top_level(files):
+    """The top-level entries of the relative paths ('name/' for a folder), as a record's `found` lists them."""
+    return sorted({name.split("/")[0] + ("/" if "/" in name else "") for name in files})
 
 
-def in_layout(path, role, artifacts):
+def lies_where_written(name, role, artifacts):
+    """Whether a path (relative to a role's folder) lies where the workflow writes, so that it could overwrite it."""
+    first, _, rest = name.partition("/")
     if role == "results":
-        return path.name in (RESULTS_FOLDERS if path.is_dir() else RESULTS_FILES)
-    if path.name in INDEX_FILES:   # a README.md alone may be anyone's
-        return path.is_file() and all((path.parent / name).is_file() for name in INDEX_FILES)
-    return path.name in artifacts and path.is_dir() and is_artifact_folder(path)
-
-
-def is_workflow_folder(path, artifacts, nested):
-    """A folder of the workflow's inside this one (another config's, as paper_figures/mechanism is): its record
-    says so, or (nested) it is laid out as one, with something in it."""
-    if (path / RECORD).exists():
-        return True
-    return nested and has_output(path) and any(
-        next(foreign_entries(path, role, artifacts, nested=False), None) is None for role in LAYOUT
-    )
-
-
-def is_artifact_folder(path):
-    return all(p.is_file() and p.suffix in ARTIFACT_SUFFIXES for p in path.iterdir())
+        return first in RESULTS_WRITES
+    return (first in INDEX_FILES and not rest) or first in artifacts

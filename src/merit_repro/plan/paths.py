@@ -23,6 +23,7 @@ RUN_LOGS = ("train.log",)   # kept with a run in bundles, not declared
 RUNS, TUNING, TABLES, DATA, ZEROSHOT = "runs", "tuning", "tables", "data", "zeroshot"
 TABLE_FILES = ("runs.csv", "cells.csv", "best_lr.csv")
 SECOND_LOOK = "_second_look.json"   # under tuning/ ('_': no experiment's name)
+ORIGIN = "origin"   # a rebuild's: the bundle's own tables, manifest and config, to compare with what it makes
 
 
 def cell_path(model, tokens, optimizer, batch, lr, seed):

@@ -38,7 +38,7 @@ CONFIG = "config.yaml"
 # Where and how the workflow runs, not what it computes: a rebuild may set these differently.
 NOT_IDENTITY = ("results", "figures", "adopt_folders", "bundle", "bundle_name", "tracking", "max_job_minutes",
                 "signal_lead_seconds", "gpus_per_node", "cores_per_gpu", "mem_mb_per_gpu")   # where it ran, job sizes
-ORIGIN = "origin"   # the bundle's own tables, manifest and config, under the rebuild's results folder
+ORIGIN = paths.ORIGIN
 
 
 def default_name(configfile):
