@@ -159,6 +159,23 @@ def test_a_bundles_first_look_must_be_the_one_its_runs_give(looked, tmp_path):
         audit_first_look(config, finals, config["results"], PAPER_NUMBERS, 100, path)
 
 
+def test_a_bundle_that_drops_seeds_the_first_look_sent_is_refused(looked, tmp_path):
+    """A rebuild recomputes each group's looked decision from its final one and the first look: a looked.json that
+    leaves out one group's second-look runs (its tables made again to match) names the group and the seeds."""
+    config, record, decisions, _, finals = looked
+    path = tmp_path / "_second_look.json"
+    write_json(path, record)
+    assert audit_first_look(config, finals, config["results"], PAPER_NUMBERS, 100, path, decisions)
+    sent = next(d for d in decisions if d["second_look"])
+    cherry_picked = [{**d, "cells": [c for c in d["cells"] if c["seed"] != SECOND[0]]} if d is sent else d
+                     for d in decisions]
+    g = sent["group"]
+    with pytest.raises(UserError, match=rf"{g['model']}/{g['optimizer']}/bs{g['batch']} lacks seed {SECOND[0]} at lr"):
+        audit_first_look(config, finals, config["results"], PAPER_NUMBERS, 100, path, cherry_picked)
+    with pytest.raises(UserError, match="has no looked.json"):
+        audit_first_look(config, finals, config["results"], PAPER_NUMBERS, 100, path, decisions[1:])
+
+
 def test_a_comparison_the_first_look_settled_is_printed_with_its_seeds_wherever_it_is_stated_again():
     """loss_curves' "MERIT vs AdamW at every model size" shares its S row with val_loss_vs_batch's "MERIT vs AdamW at
     64", which the first look settled on seeds 1-3: judged again on seeds 1-6 for its M row, it prints the S row as

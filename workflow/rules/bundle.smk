@@ -59,6 +59,7 @@ if BUNDLE:
         rule audit_first_look:
             input:
                 decisions=final_decisions(),
+                looked=tuned_groups(),
                 first_look=paths.second_look(RESULTS),
                 paper=PAPER_NUMBERS,
             output:

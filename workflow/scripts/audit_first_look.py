@@ -13,8 +13,9 @@ from merit_repro.utils import UserError  # noqa: E402
 
 try:
     decisions = [read_decision(path) for path in snakemake.input.decisions]
+    looked = [read_decision(path) for path in snakemake.input.looked]
     lines = audit_first_look(snakemake.config, decisions, snakemake.params.results, snakemake.input.paper,
-                             snakemake.params.mal_threshold, snakemake.input.first_look)
+                             snakemake.params.mal_threshold, snakemake.input.first_look, looked)
 except UserError as err:
     for stream in (sys.stdout, error_stream):
         print(f"error: {err}", file=stream, flush=True)

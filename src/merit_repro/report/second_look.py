@@ -18,7 +18,7 @@ from merit_repro.config.configfiles import with_defaults
 from merit_repro.config.registry import ARTIFACTS
 from merit_repro.plan.grid import experiment_artifacts, second_look_seeds
 from merit_repro.plan.records import LOOK_TYPES, read_typed
-from merit_repro.plan.tuning import write_json
+from merit_repro.plan.tuning import with_second_look, write_json
 from merit_repro.report.artifacts import ARTIFACT_FUNCTIONS, load_context
 from merit_repro.report.artifacts.looks import REDO, looked
 from merit_repro.report.claims import Stats
@@ -67,10 +67,14 @@ def write_first_look(config, decisions, results, paper_csv, mal_threshold, out):
             f"second look (seeds {record['seeds']})")
 
 
-def audit_first_look(config, decisions, results, paper_csv, mal_threshold, path):
-    """Lines saying a bundle's first look (path) is the one its runs give; a UserError naming what differs otherwise:
-    a rebuilt report keeps the first look's verdicts, so they must follow from the runs as the tables must."""
+def audit_first_look(config, decisions, results, paper_csv, mal_threshold, path, looked=None):
+    """Lines saying a bundle's first look (path) is the one its runs give, and that each group's decision holds every
+    seed it sent (looked: the bundle's looked.json decisions); a UserError naming what differs otherwise: a rebuilt
+    report keeps the first look's verdicts, so they must follow from the runs as the tables must, and a bundle that
+    leaves out seeds the look sent would report on the seeds its sender chose."""
     theirs = read_first_look(path)
+    if looked is not None:
+        check_looked(decisions, looked, theirs)
     ours = json.loads(json.dumps(first_look(config, decisions, results, paper_csv, mal_threshold)))   # as written
     differ = [f"the statements of {key}" for key in sorted(set(ours["statements"]) | set(theirs["statements"]))
               if ours["statements"].get(key) != theirs["statements"].get(key)]
@@ -82,6 +86,41 @@ def audit_first_look(config, decisions, results, paper_csv, mal_threshold, path)
     judged = sum(len(items) for items in ours["statements"].values())
     return [f"first look: {judged} statements and the {len(ours['groups'])} group(s) it sent to the second look, "
             "identical to the bundle's"]
+
+
+def check_looked(decisions, looked, look):
+    """UserError naming each group whose looked decision is not its final one with the cells the first look sent
+    (tuning.with_second_look): seeds left out, seeds added, or the group missing."""
+    theirs = {group_key(d): d for d in looked}
+    problems = [problem for final in sorted(decisions, key=group_key)
+                if (problem := looked_problem(final, theirs.get(group_key(final)), look))]
+    if problems:
+        raise UserError("the bundle's decisions do not hold the seeds its first look sent to the second look: "
+                        f"{'; '.join(problems[:5])}{' ...' if len(problems) > 5 else ''}. A report on other seeds than "
+                        "the look sent is not this run's report: ask its sender for the bundle `snakemake bundle` made")
+
+
+def looked_problem(final, got, look):
+    """How a group's looked decision (got) differs from the one its final decision and the look give ('' if not)."""
+    want = json.loads(json.dumps(with_second_look(final, look)))   # as written
+    if got == want:
+        return ""
+    g = final["group"]
+    name = f"{g['experiment']}/{g['model']}/{g['optimizer']}/bs{g['batch']}"
+    if got is None:
+        return f"{name} has no looked.json"
+    missing, extra = sorted(cell_keys(want) - cell_keys(got)), sorted(cell_keys(got) - cell_keys(want))
+    parts = [f"{verb} {', '.join(f'seed {seed} at lr {lr}' for lr, seed in cells)}"
+             for verb, cells in (("lacks", missing), ("adds", extra)) if cells]
+    return f"{name} {' and '.join(parts) or 'differs from its final decision with the second look'}"
+
+
+def group_key(decision):
+    return json.dumps(decision["group"], sort_keys=True)
+
+
+def cell_keys(decision):
+    return {(c["lr"], c["seed"]) for c in decision["cells"]}
 
 
 def read_first_look(path):
