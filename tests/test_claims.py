@@ -236,6 +236,23 @@ def test_an_edge_blocks_both_ways_for_a_metric_tuning_does_not_select_on():
     assert verdict(est("merit", 3.0, 0.01, 3, at_edge=True), est("adamw", 3.3, 0.01, 3)).verdict == HELD
 
 
+def test_an_edge_that_blocks_every_verdict_sends_no_seeds_and_says_tuning_would():
+    """A peak-MAL term on its grid edge blocks held and did not hold (and equivalent) at once: however many seeds,
+    the statement stays undecided, so the first look must not send its groups to the second look for 'too few
+    seeds'; the reason names the edge and says a wider grid, not seeds, could decide it."""
+    def mal(label, m, sd, edge=False):
+        shift = {"merit": [-1, 0, 1], "adamw": [0, 1, -1]}[label]
+        return of_values(label, {s: m + sd * shift[s - 1] for s in (1, 2, 3)}, ("S", 64), edge, "1e-3", "peak_mal",
+                         (), ("S", label, 64))
+    noisy = statement("MERIT's peak MAL below AdamW's", [Setting("S", "64", mal("merit", 3.0, 0.5, edge=True),
+                                                                 mal("adamw", 3.3, 0.5))], S)
+    row = noisy.rows[0]
+    assert row.verdict == INCONCLUSIVE and row.why == EDGE, row.detail
+    assert "no number of seeds decides it" in row.detail and noisy.needs_seeds() == []
+    no_edge = statement("same, off the edge", [Setting("S", "64", mal("merit", 3.0, 0.5), mal("adamw", 3.3, 0.5))], S)
+    assert no_edge.rows[0].why == TOO_FEW and no_edge.needs_seeds()
+
+
 def test_a_row_holm_left_undecided_names_holm():
     """Two settings: one confidently on the other side at alpha alone (t = 3.46, p = 0.037), not after Holm (alpha / 2)."""
     other = Setting("S", "64", seeds("merit", [3.03, 3.06, 3.09]), seeds("adamw", [3.0, 3.0, 3.0]))

@@ -646,12 +646,16 @@ def judge(row, against_rejected, chosen_against_rejected):
         row.detail = f"{at_choice} at the chosen LRs, {row.rival_words(at_choice)}; at the chosen LRs: {words}"
         return
     blockers = blockers or (choice_blockers if verdict == INCONCLUSIVE else [])
+    if not blockers and verdict == INCONCLUSIVE and c.falls and c.rises:
+        blockers = c.falls + c.rises   # edges block every verdict: more tuning could decide it, never more seeds
     if blockers:
         e = blockers[0]
         row.verdict, row.why = INCONCLUSIVE, EDGE
         either = "" if e.metric == SELECTION_METRIC else " (more tuning could move this metric either way)"
         shown = verdict if verdict != INCONCLUSIVE else at_choice
-        row.detail = f"{shown} by the test, but {e.label}'s best LR {e.lr} is on its grid edge{either}; {words}"
+        cure = "; no number of seeds decides it, a wider grid could" if shown == INCONCLUSIVE else ""
+        row.detail = (f"{shown} by the test, but {e.label}'s best LR {e.lr} is on its grid edge{either}{cure}; "
+                      f"{words}")
         return
     row.verdict = verdict
     if verdict == NOT_HELD and holm:
