@@ -1,6 +1,9 @@
 import json
+import os
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -82,6 +85,66 @@ def test_corrupted_bin_is_refused(tmp_path, corpus_folder):
         prepare(f"textfile:{corpus_folder}", "bytes", out)
     prepare(f"textfile:{corpus_folder}", "bytes", out, force=True)
     verify(out)
+
+
+def marked_corpus(tmp_path, corpus_folder):
+    """A small prepared corpus, its .verified.json written by prepare, and its train.bin's stat at that time."""
+    out = tmp_path / "d"
+    prepare(f"textfile:{corpus_folder}", "bytes", out)
+    assert (out / tokens.VERIFIED_MARKER).is_file()
+    time.sleep(0.05)   # ctime comes from a clock that ticks every few ms: a rewrite is one tick later at least
+    return out, out / "train.bin", (out / "train.bin").stat()
+
+
+def test_a_same_size_rewrite_with_its_mtime_put_back_is_hashed_again(tmp_path, corpus_folder):
+    out, path, st = marked_corpus(tmp_path, corpus_folder)
+    with open(path, "r+b") as f:   # other bytes in place: same inode, same size
+        first = f.read(1)
+        f.seek(0)
+        f.write(bytes([first[0] ^ 0xFF]))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (path.stat().st_size, path.stat().st_mtime_ns, path.stat().st_ino) == (st.st_size, st.st_mtime_ns, st.st_ino)
+    with pytest.raises(DataError, match="does not match the sha256"):
+        verify(out)
+
+
+@pytest.mark.parametrize("swap", ["symlink", "rename"])
+def test_a_file_swapped_in_with_the_marked_size_and_mtime_is_hashed_again(tmp_path, corpus_folder, swap):
+    out, path, st = marked_corpus(tmp_path, corpus_folder)
+    other = tmp_path / "other.bin"
+    raw = bytearray(path.read_bytes())
+    raw[0] ^= 0xFF
+    other.write_bytes(bytes(raw))
+    os.utime(other, ns=(st.st_atime_ns, st.st_mtime_ns))
+    if swap == "symlink":
+        path.unlink()
+        path.symlink_to(other)
+    else:
+        os.replace(other, path)
+    assert (path.stat().st_size, path.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+    with pytest.raises(DataError, match="does not match the sha256"):
+        verify(out)
+
+
+@pytest.mark.parametrize("damage", ["a list", "not JSON", "a FIFO", "a link to a FIFO"])
+def test_a_damaged_marker_is_ignored_and_written_again(tmp_path, corpus_folder, damage):
+    out, _, _ = marked_corpus(tmp_path, corpus_folder)
+    marker = out / tokens.VERIFIED_MARKER
+    marker.unlink()
+    if damage == "a list":
+        marker.write_text("[1, 2]")
+    elif damage == "not JSON":
+        marker.write_bytes(b"\xff{not json")
+    elif damage == "a FIFO":
+        os.mkfifo(marker)   # opened for reading, it would block until a writer came
+    else:
+        os.mkfifo(tmp_path / "fifo")
+        marker.symlink_to(tmp_path / "fifo")
+    code = "import sys; from merit_repro.data.tokens import verify; verify(sys.argv[1])"
+    env = {**os.environ, "PYTHONPATH": str(Path(tokens.__file__).parents[2])}   # this checkout's code
+    r = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert not marker.is_symlink() and set(json.loads(marker.read_text())) == {"train.bin", "val.bin"}
 
 
 def test_tokenizer_mismatch_is_refused(tmp_path, corpus_folder):

@@ -16,12 +16,21 @@ ids per passage) and ``meta.json``. Files are written under temporary names and 
 import hashlib
 import os
 import shutil
+import stat
 from datetime import datetime
 from pathlib import Path
 
 import numpy as np
 
-from merit_repro.utils import UserError, atomic_write_json, library_versions, named_error, read_json, sha256_file
+from merit_repro.utils import (
+    UserError,
+    atomic_write_json,
+    library_versions,
+    named_error,
+    parse_data,
+    read_json,
+    sha256_file,
+)
 
 from .corpora import (
     C4_VAL_TOKENS,
@@ -36,6 +45,7 @@ from .tokenizers import get_tokenizer, token_dtype
 
 SPLITS = ("train", "val")
 VERIFIED_MARKER = ".verified.json"
+MARKER_BYTES = 1 << 16   # a marker names a few files; a larger one is not ours
 
 
 class DataError(UserError):
@@ -230,8 +240,13 @@ def _prepare_lambada(path, tokenizer, out_dir, request, source, revision=None):
 
 
 def _fingerprint(path):
-    st = path.stat()
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    """What the marker vouches for: besides size and mtime (which os.utime puts back), the inode (a file swapped in
+    has another) and ctime (a rewrite in place sets it, and nothing puts it back). None for a symlink or anything
+    but a regular file, which the marker never vouches for."""
+    st = os.lstat(path)
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino, "ctime_ns": st.st_ctime_ns}
 
 
 def _check_size(path, size, n_tokens, itemsize, data_dir):
@@ -243,18 +258,36 @@ def _check_size(path, size, n_tokens, itemsize, data_dir):
 def _mark_verified(data_dir, meta):
     """Remember that the files checked out (so a trainer can skip re-hashing them); a corpus on a read-only
     mount is simply hashed again next time."""
-    marks = {s["file"]: _fingerprint(data_dir / s["file"]) for s in meta["splits"].values()}
+    marks = {s["file"]: mark for s in meta["splits"].values() if (mark := _fingerprint(data_dir / s["file"]))}
     try:
         atomic_write_json(data_dir / VERIFIED_MARKER, marks)
     except OSError:
         pass
 
 
+def _read_marker(data_dir):
+    """The marker's fingerprints by file name; {} (every file hashed, the marker written again) when there is none
+    or it is damaged: not JSON, not an object, a link, a FIFO or another special file (never opened: it could
+    block), or too large to be one."""
+    path = data_dir / VERIFIED_MARKER
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MARKER_BYTES:
+            return {}
+        # O_NOFOLLOW and O_NONBLOCK: a marker swapped for a link or a FIFO since lstat neither follows nor blocks
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
+            marks = parse_data(f.read(MARKER_BYTES), path)
+    except (OSError, ValueError, UserError):
+        return {}
+    return marks if isinstance(marks, dict) else {}
+
+
 def verify(data_dir, tokenizer=None, deep=True, trust_marker=True):
     """Check a prepared corpus against its meta.json and return the meta.
 
-    Sizes are always checked; checksums too when ``deep`` (a trainer skips files whose size and mtime
-    match the last successful check, ``trust_marker``; ``data verify`` reads every byte). Raises
+    Sizes are always checked; checksums too when ``deep`` (a trainer skips files whose size, mtime, inode
+    and ctime match the last successful check, ``trust_marker``; ``data verify`` reads every byte). Raises
     DataError naming the problem and the fix.
     """
     data_dir = Path(data_dir)
@@ -272,7 +305,7 @@ def verify(data_dir, tokenizer=None, deep=True, trust_marker=True):
                         f"{tokenizer!r}; prepare the data with that tokenizer or fix the config")
     if "splits" not in meta:
         return meta
-    marks = read_json(data_dir / VERIFIED_MARKER) if trust_marker and (data_dir / VERIFIED_MARKER).exists() else {}
+    marks = _read_marker(data_dir) if trust_marker else {}
     itemsize = np.dtype(meta["dtype"]).itemsize
     hashed = False
     for split, info in meta["splits"].items():
@@ -280,7 +313,8 @@ def verify(data_dir, tokenizer=None, deep=True, trust_marker=True):
         if not path.exists():
             raise DataError(f"{path} is missing; prepare {data_dir} again (--force)")
         _check_size(path, path.stat().st_size, info["tokens"], itemsize, data_dir)
-        if deep and marks.get(info["file"]) != _fingerprint(path):
+        fingerprint = _fingerprint(path)
+        if deep and (fingerprint is None or marks.get(info["file"]) != fingerprint):
             hashed = True
             if sha256_file(path) != info["sha256"]:
                 raise DataError(f"{path} does not match the sha256 in meta.json; the file is corrupt: "
