@@ -91,14 +91,39 @@ from pip._vendor.packaging.tags import sys_tags
 from pip._vendor.packaging.utils import parse_wheel_filename
 
 folder, platform = Path(sys.argv[1]), sys.argv[2]
-manifest = json.loads((folder / "manifest.json").read_text())
+path = folder / "manifest.json"
+
+
+def damaged(problem):
+    sys.exit(f"error: the wheelhouse's {path} {problem}: make the wheelhouse again with scripts/wheelhouse.sh and "
+             "copy the folder whole")
+
+
+def strings(value):
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+try:
+    manifest = json.loads(path.read_text())
+except (OSError, ValueError, RecursionError) as err:
+    damaged(f"cannot be read as JSON ({str(err)[:80]})")
+if not isinstance(manifest, dict):
+    damaged(f"holds a JSON {type(manifest).__name__}, not an object")
+if not strings(manifest.get("wheels")):
+    damaged('has no list of wheel file names under "wheels"')
+if not isinstance(manifest.get("python"), str) or not strings(manifest.get("platforms")):
+    damaged('has no "python" version or no "platforms" list')
+try:
+    wheel_tags = {w: set(parse_wheel_filename(w)[3]) for w in manifest["wheels"]}
+except ValueError as err:   # packaging's InvalidWheelFilename and InvalidVersion
+    damaged(f"lists a file that is no wheel ({str(err)[:120]})")
 lost = [w for w in manifest["wheels"] if not (folder / w).is_file()]
 if lost:
     more = f" and {len(lost) - 1} more" if lost[1:] else ""
     sys.exit(f"error: the wheelhouse {folder} lacks {lost[0]}{more} (its manifest.json lists them): copy the whole "
              "folder again")
 here = set(sys_tags())
-foreign = [w for w in manifest["wheels"] if not here & set(parse_wheel_filename(w)[3])]
+foreign = [w for w, tags in wheel_tags.items() if not here & tags]
 if foreign:
     python = "%d.%d" % sys.version_info[:2]
     target = f"Python {manifest['python']} on {' '.join(manifest['platforms'])}"

@@ -172,6 +172,36 @@ def test_a_wheelhouse_for_another_python_a_lost_wheel_and_no_torch_are_one_error
         assert says in error_line(r), wheels
 
 
+@pytest.fixture(scope="module")
+def setup_only(tmp_path_factory):
+    """A checkout of scripts/setup.sh alone; the .venv its first run makes serves the later ones."""
+    return copy_checkout(tmp_path_factory.mktemp("setup-only"), ["scripts/setup.sh"])
+
+
+FOREIGN_WHEEL, BAD_WHEEL = "numpy-2.4.6-cp399-cp399-manylinux_2_28_x86_64.whl", "numpy-2.4.6.whl"
+
+
+@pytest.mark.parametrize("manifest, says", [
+    ('{"python": "3.99", "wheels": [', "cannot be read as JSON"),
+    ({"python": "3.99", "platforms": ["manylinux_2_28_x86_64"]}, 'has no list of wheel file names under "wheels"'),
+    ({"platforms": ["manylinux_2_28_x86_64"], "wheels": [FOREIGN_WHEEL]}, 'has no "python" version'),
+    ([{"python": "3.99", "platforms": ["manylinux_2_28_x86_64"], "wheels": []}], "holds a JSON list, not an object"),
+    ({"python": "3.99", "platforms": ["manylinux_2_28_x86_64"], "wheels": [BAD_WHEEL]},
+     "lists a file that is no wheel"),
+], ids=["not JSON", "no wheels", "no python", "a list", "a bad wheel name"])
+def test_a_damaged_manifest_is_one_error_line_before_anything_is_installed(setup_only, tmp_path, manifest, says):
+    wheelhouse = tmp_path / "wheelhouse"
+    wheelhouse.mkdir()
+    for wheel in (FOREIGN_WHEEL, BAD_WHEEL):   # there, as the manifest lists them: only the manifest is damaged
+        (wheelhouse / wheel).write_text("")
+    (wheelhouse / "manifest.json").write_text(manifest if isinstance(manifest, str) else json.dumps(manifest))
+    r = subprocess.run(["bash", "scripts/setup.sh"], cwd=setup_only, capture_output=True, text=True, timeout=120,
+                       env=offline_env(WHEELHOUSE=str(wheelhouse)))
+    line = error_line(r)
+    assert f"{wheelhouse / 'manifest.json'} {says}" in line and "scripts/wheelhouse.sh" in line, line
+    assert not list(setup_only.glob(".venv/lib/*/site-packages/*merit_repro*"))
+
+
 def test_a_cpu_only_torch_on_a_gpu_machine_is_one_error_line(tmp_path):
     """--wheelhouse on a machine with a GPU driver: a .venv whose torch (this CPU build, here) has no CUDA is refused
     before the check, naming the fix (scripts/setup.sh stands in: .venv runs this Python)."""
