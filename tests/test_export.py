@@ -258,6 +258,23 @@ def test_force_replaces_only_an_unchanged_export_that_holds_nothing_else(run_dir
     assert siblings(out) == ["claims", "model"]
 
 
+def test_force_deletes_no_file_whose_name_an_export_does_not_write(run_dir, exported, tmp_path, capsys):
+    """A forged merit_repro.json that lists a user's file, with its true size and sha256: refused, nothing deleted."""
+    from merit_repro.utils import sha256_file
+
+    out = tmp_path / "model"
+    shutil.copytree(exported, out)
+    (out / "thesis.tex").write_text("mine")
+    provenance = json.loads((out / "merit_repro.json").read_text())
+    provenance["files"]["thesis.tex"] = {"size": 4, "sha256": sha256_file(out / "thesis.tex")}
+    (out / "merit_repro.json").write_text(json.dumps(provenance))
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    line = cli_error(main, ["--run", str(run_dir), "--out", str(out), "--force"], capsys)
+    assert "its merit_repro.json lists thesis.tex, which no export writes" in line
+    assert "nothing in it is deleted" in line
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before and siblings(out) == ["model"]
+
+
 def test_a_full_disk_under_export_is_one_error_line_and_leaves_the_earlier_export(run_dir, exported, tmp_path, capsys,
                                                                                    monkeypatch):
     from transformers import PreTrainedModel

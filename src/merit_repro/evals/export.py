@@ -21,8 +21,9 @@ lm_head tied to the token embedding. QK-norm models and Llama-family runs are re
 q and k, and exporting to LlamaForCausalLM is not implemented; so is a summary whose model shape is not that of
 the tensors in model.pt. merit_repro.json lists the files the export wrote with their sizes and sha256: --force
 replaces an existing HF_DIR only when it is such an export, unchanged and holding nothing else, and deletes only
-those files. The export is written beside it (.HF_DIR.tmp-PID) and renamed into place, so a killed export or a
-full disk leaves no half-written HF_DIR (a killed one, only that folder, to delete).
+those files, and none whose name an export does not write, whatever merit_repro.json lists. The export is written
+beside it (.HF_DIR.tmp-PID) and renamed into place, so a killed export or a full disk leaves no half-written HF_DIR
+(a killed one, only that folder, to delete).
 """
 
 import argparse
@@ -48,6 +49,10 @@ EXPORTED_BY = "merit_repro.evals.export"
 # What --force reads of an earlier export's PROVENANCE (merit_repro.plan.records.kind_problems' specs).
 PROVENANCE_TYPES = {"written_by": str, "files": {str: {"size": int, "sha256": str}}}
 TOKENIZER_NOTE = "TOKENIZER.md"
+# Every name an export writes (save_pretrained's, for the model in one file and a fast tokenizer, on transformers 4
+# and 5): write_export writes no other, and --force deletes no other, whatever a PROVENANCE lists.
+EXPORT_NAMES = frozenset({"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+                          "tokenizer_config.json", "special_tokens_map.json", TOKENIZER_NOTE, PROVENANCE})
 LAYER_KEY = re.compile(r"transformer\.h\.([0-9]+)\.")
 
 
@@ -120,6 +125,9 @@ def earlier_export(out):
     if kind_problems(provenance, PROVENANCE_TYPES) or provenance["written_by"] != EXPORTED_BY:
         raise refuse(f"its {PROVENANCE} is not one {EXPORTED_BY} wrote, listing its files")
     listed, present = provenance["files"], {p.name for p in out.iterdir()}
+    foreign = sorted(set(listed) - EXPORT_NAMES)
+    if foreign:
+        raise refuse(f"its {PROVENANCE} lists {foreign[0]}, which no export writes")
     unexpected = sorted(present - set(listed) - {PROVENANCE})
     if unexpected:
         raise refuse(f"{out / unexpected[0]} is not a file the export wrote")
@@ -289,12 +297,15 @@ def provenance(run, dtype, files):
 
 def write_export(run, tmp, dtype):
     """Everything into the folder tmp, PROVENANCE last; the names written."""
-    hf_model(run, DTYPES[dtype]).save_pretrained(tmp)
+    hf_model(run, DTYPES[dtype]).save_pretrained(tmp, max_shard_size="1000GB")   # one model.safetensors, not shards
     tokenizer = hf_tokenizer(run)
     if tokenizer is None:
         (tmp / TOKENIZER_NOTE).write_text(tokenizer_note(run))
     else:
         tokenizer.save_pretrained(tmp)
+    unnamed = sorted({p.name for p in tmp.iterdir()} - EXPORT_NAMES)
+    if unnamed:   # another transformers: its exports would be ones --force refuses to replace
+        raise RuntimeError(f"save_pretrained wrote {unnamed}, which EXPORT_NAMES lacks")
     files = {}
     for path in sorted(tmp.iterdir()):   # save_pretrained writes model.safetensors 0600: readable as the umask allows
         path.chmod(0o666 & ~current_umask())
