@@ -20,8 +20,13 @@ usage() {
   sed -n '2,/^[^#]/p' "${BASH_SOURCE[0]}" | sed -e '/^[^#]/d' -e 's/^# \{0,1\}//'
 }
 
-whole() {   # $1: a flag, $2: its value, a whole number >= 1
-  [[ $2 =~ ^[1-9][0-9]*$ ]] || refuse "$1 $2 must be a whole number >= 1"
+# Bounds of the flags (cells per GPU: src/merit_repro/launch/gpu_slots.py's MAX_CELLS_PER_GPU, which the jobs check)
+MAX_CELLS_PER_GPU=64 MAX_GPUS=64 MAX_CORES=4096
+
+whole() {   # $1: a flag, $2: its value, $3: its largest; digits of bounded length first: bash arithmetic wraps around
+  if ! [[ $2 =~ ^[1-9][0-9]{0,5}$ ]] || (($2 > $3)); then
+    refuse "$1 $2 must be a whole number >= 1 and <= $3: give one in that range"
+  fi
 }
 
 main() {
@@ -44,9 +49,9 @@ main() {
     esac
     shift
   done
-  whole --cells-per-gpu "$cells"
-  whole --gpus "$gpus"
-  [ -z "$cores" ] || whole --cores "$cores"
+  whole --cells-per-gpu "$cells" "$MAX_CELLS_PER_GPU"
+  whole --gpus "$gpus" "$MAX_GPUS"
+  [ -z "$cores" ] || whole --cores "$cores" "$MAX_CORES"
   if [ -n "$wheelhouse" ] && [ -d "$wheelhouse" ]; then
     wheelhouse=$(cd "$wheelhouse" && pwd)   # before leaving the folder it is relative to
   fi

@@ -1,6 +1,7 @@
 """A cell's warmup rule, its MAL probe schedule, and its identity while settings are added to it."""
 import hashlib
 import json
+import time
 
 import pytest
 from run_helpers import tiny_config
@@ -64,6 +65,13 @@ def test_the_tokens_rule_warms_up_over_the_same_tokens_at_every_batch():
     ({"warmup_tokens": 2**21}, "warmup_tokens", "warmup_tokens=2.09715e+06 warms up over 512 steps"),
     ({"warmup_steps": 2.5}, "warmup_steps", "warmup_steps=2.5 must be int or null"),
     ({"mal_probes": 0}, "mal_probes", "mal_probes=0 must be >= 1 or null"),
+    # the same bound as warmup_steps': 0.9995 of 512 steps is all 512 (it used to pass, and the LR never decayed)
+    ({"warmup_frac": 0.9995}, "warmup_frac",
+     "warmup_frac=0.9995 warms up over 512 steps, not fewer than the cell's 512"),
+    # used to pass every check, then keep the trainer building probe steps for minutes
+    ({"mal_probes": 10**9}, "mal_probes", "mal_probes=1000000000 is more probes than the cell's 512 steps (batch 64, "
+                                          "2.09715e+06 tokens): set mal_probes to at most 512"),
+    ({"mal_probes": 513}, "mal_probes", "mal_probes=513 is more probes than the cell's 512 steps"),
 ])
 def test_a_bad_warmup_rule_or_probe_count_is_named(overrides, key, message):
     problems = CellConfig(**LARGE, **overrides).problems()
@@ -116,3 +124,12 @@ def test_mal_probes_fall_on_the_nearest_step_and_the_last(batch):
 def test_more_probes_than_steps_probe_every_step_once():
     cfg = CellConfig(batch_size=64, block_size=64, tokens=64 * 64 * 5, mal_probes=12)
     assert cfg.probe_steps() == [0, 1, 2, 3, 4, 5]
+
+
+def test_probe_steps_never_loop_over_more_probes_than_steps():
+    """(problems() refuses such a cell; a CellConfig made without it used to loop over every probe.)"""
+    cfg = CellConfig(batch_size=64, block_size=64, tokens=64 * 64 * 5, mal_probes=10**7)
+    start = time.perf_counter()
+    assert cfg.probe_steps() == [0, 1, 2, 3, 4, 5]
+    assert time.perf_counter() - start < 0.5
+    assert CellConfig(batch_size=64, block_size=64, tokens=64 * 64 * 5, mal_probes=5).validate()   # one a step: passes

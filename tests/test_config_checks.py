@@ -3,6 +3,7 @@ schema, the grid, the cell, the cost tool)."""
 
 import os
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -13,6 +14,8 @@ from merit_repro.config import configfiles
 from merit_repro.plan.cell import CellConfig
 from merit_repro.plan.validate import validate
 from merit_repro.train import loop, memory
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_config_files_with_duplicates_aliases_tags_or_templates_are_refused(tmp_path, monkeypatch):
@@ -246,3 +249,90 @@ def test_the_shortest_job_limit_a_chain_of_jobs_uses_passes():
     config = tiny_config()
     config.update(max_job_minutes=0.3, optimizers={"adamw": {"color": "C3"}})   # tests/test_cluster.py's limit
     validate(config)
+
+
+@pytest.mark.parametrize("path", sorted(str(p.relative_to(REPO)) for p in [*REPO.glob("config/*.yaml"),
+                                                                         *REPO.glob("examples/*.yaml")])
+                         + ["tests/workflow_config.yaml"])
+def test_every_shipped_config_passes_the_checks(path):
+    validate(configfiles.load(REPO / path))
+
+
+@pytest.mark.parametrize("setting", ["mal_probes", "warmup_frac"])
+def test_a_probe_count_or_warmup_share_that_the_steps_cannot_hold_is_refused_before_any_job(setting):
+    """mal_probes: 1000000000 used to pass and keep the trainer building probe steps for minutes; warmup_frac: 0.99
+    warmed up over every step of a 16-step cell (the LR never decayed) while warmup_steps: 16 was refused."""
+    config = tiny_config()
+    config["cell_defaults"][setting] = {"mal_probes": 10**9, "warmup_frac": 0.99}[setting]
+    start = time.perf_counter()
+    with pytest.raises(ValueError) as err:
+        validate(config)
+    assert time.perf_counter() - start < 5
+    lines = [line.strip() for line in str(err.value).splitlines()[1:]]
+    expected = {"mal_probes": "cell_defaults.mal_probes: mal_probes=1000000000 is more probes than the cell's 16 steps "
+                              "(batch 8, 4096 tokens): set mal_probes to at most 16, or to null to probe every "
+                              "mal_every steps (in experiments.sweep, cell results/runs/",
+                "warmup_frac": "cell_defaults.warmup_frac: warmup_frac=0.99 warms up over 16 steps, not fewer than the "
+                               "cell's 16 (batch 8): its LR would never decay; lower warmup_frac (in "
+                               "experiments.sweep, cell results/runs/"}[setting]
+    assert any(line.startswith(expected) for line in lines), lines
+    config["cell_defaults"][setting] = {"mal_probes": 16, "warmup_frac": 0.9}[setting]   # within every cell's steps
+    validate(config)
+
+
+MIXED, TYPO = {"T": {"adamw": [4]}, "merit": [8]}, {"T": [4], "T-typo": [8]}
+UNREAD, NESTED_TYPO = {"adamw": {"T": [4]}, "merit": [8]}, {"T": {"adamw": [4], "merti": [8]}}
+
+
+@pytest.mark.parametrize("batch_sizes, message", [
+    # MERIT trained nothing: T's entry hides the optimizer's key
+    (MIXED, "experiments.sweep.batch_sizes.merit: an optimizer's key beside models' keys (T), whose entries hide it "
+            "(merit would train nothing there): key batch_sizes by model or by optimizer, not both; per model and "
+            "optimizer, write {T: {merit: [...]}}"),
+    # an unknown key was ignored
+    (TYPO, "experiments.sweep.batch_sizes.T-typo: 'T-typo' is neither a model (T) nor an optimizer (adamw, merit) of "
+           "the experiment, so its batch sizes would train nothing: rename it to one of them or remove it"),
+    ({"adamw": [4], "merit": [8], "merti": [16]}, "experiments.sweep.batch_sizes.merti: 'merti' is neither a model"),
+    # a mapping under an optimizer was never read
+    (UNREAD, "experiments.sweep.batch_sizes.adamw: a mapping under an optimizer's key is never read (adamw would train "
+             "nothing): give adamw a list of batch sizes, or key batch_sizes by model, {T: {adamw: [...]}}"),
+    (NESTED_TYPO, "experiments.sweep.batch_sizes.T.merti: 'merti' is not one of the experiment's optimizers (adamw, "
+                  "merit): rename it to one of them or remove it"),
+])
+def test_batch_sizes_that_would_drop_cells_are_refused_one_line_each(batch_sizes, message):
+    config = tiny_config()
+    config["experiments"]["sweep"]["batch_sizes"] = batch_sizes
+    assert configfiles.schema_problems(config, SCHEMA) == []
+    with pytest.raises(ValueError) as err:
+        validate(config)
+    lines = str(err.value).splitlines()[1:]
+    assert len(lines) == 1 and lines[0].strip().startswith(message), lines
+
+
+@pytest.mark.parametrize("given, message", [
+    ("adopt_folders=true", "adopt_folders: 'true' is text, not a boolean: write --config adopt_folders=True "
+                           "(Snakemake's --config reads only True and False as booleans)"),
+    ("adopt_folders=NO", "adopt_folders: 'NO' is text, not a boolean: write --config adopt_folders=False"),
+    ("second_look_seeds=[3]", "second_look_seeds: ['3'] holds text, not numbers: Snakemake's --config reads a list's "
+                              "items as text, so set it in your config file instead: second_look_seeds: [3]"),
+    ("second_look_seeds=3", "second_look_seeds: 3 is not a list, and second_look_seeds takes a list: Snakemake's "
+                            "--config reads a list's items as text, so set it in your config file instead: "
+                            "second_look_seeds: [3]"),
+    ("max_job_minutes=[30]", "max_job_minutes: ['30'] is a list, and max_job_minutes takes one number: write "
+                             "--config max_job_minutes=30"),
+])
+def test_a_value_of_the_wrong_kind_from_the_command_line_gets_advice_that_works(given, message):
+    """Values as Snakemake's --config reads them (True and False are its only booleans; a list's items are text). The
+    advice used to be the schema's description, or for [3] to write 3 with a signed exponent."""
+    from snakemake.cli import parse_config
+
+    config = tiny_config()
+    config.update(parse_config([given]))
+    found = configfiles.schema_problems(config, SCHEMA)
+    assert found == [message] or (len(found) == 1 and found[0].startswith(message)), found
+    fixed = tiny_config()   # what the advice says to write passes
+    if "write --config " in message:
+        fixed.update(parse_config([message.split("write --config ")[1].split()[0]]))
+    else:
+        fixed.update(yaml.safe_load(message.split("instead: ")[1]))
+    assert configfiles.schema_problems(fixed, SCHEMA) == []

@@ -6,7 +6,7 @@ import weakref
 import pytest
 import torch
 
-from merit_repro.launch.gpu_slots import device_pool
+from merit_repro.launch.gpu_slots import cells_per_gpu, device_pool
 from merit_repro.models import GPT, GPTConfig
 from merit_repro.train import checkpoint, memory
 from merit_repro.utils import UserError
@@ -106,6 +106,19 @@ def test_a_gpu_pool_outside_the_visible_devices_is_refused(monkeypatch, spec, me
     monkeypatch.setenv("MERIT_GPUS", spec)
     with pytest.raises(UserError, match=message):
         device_pool()
+
+
+@pytest.mark.parametrize("value", ["\u00b2", "\u0663", "12\u00b2", "65", "0", "9" * 5000, "twelve"])
+def test_a_gpu_share_that_is_not_ascii_digits_up_to_64_names_its_variable(monkeypatch, value):
+    """'\u00b2' passes str.isdigit and then failed in int() without naming the variable; 65 or a 5000-digit count passed
+    (the jobs would each try that many lock files)."""
+    monkeypatch.setenv("MERIT_CELLS_PER_GPU", value)
+    with pytest.raises(UserError) as err:
+        cells_per_gpu()
+    assert str(err.value) == (f"MERIT_CELLS_PER_GPU={value!r} must be a whole number >= 1 and <= 64: set it to how "
+                              "many cells share one GPU, e.g. MERIT_CELLS_PER_GPU=12")
+    monkeypatch.setenv("MERIT_CELLS_PER_GPU", "64")
+    assert cells_per_gpu() == 64
 
 
 @pytest.mark.parametrize("saved, index, restored", [

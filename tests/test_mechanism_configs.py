@@ -89,6 +89,19 @@ def test_the_gpu_runner_parses_and_says_how_to_use_it():
         assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], args
 
 
+@pytest.mark.parametrize("args, refused, most", [
+    (["--cells-per-gpu", "4611686018427387904", "--gpus", "4"], "--cells-per-gpu 4611686018427387904", 64),
+    (["--cells-per-gpu", "12", "--gpus", "65"], "--gpus 65", 64), (["--cells-per-gpu", "65"], "--cells-per-gpu 65", 64),
+    (["--cells-per-gpu", "\u00b2"], "--cells-per-gpu \u00b2", 64), (["--cores", "9" * 30], f"--cores {'9' * 30}", 4096),
+])
+def test_the_gpu_runner_refuses_counts_out_of_range_before_any_arithmetic(args, refused, most):
+    """--cells-per-gpu 4611686018427387904 --gpus 4 used to pass: bash's product wrapped to --resources gpu=0."""
+    r = runner(*args, "--dry-run")
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert r.returncode == 2 and lines == [f"error: {refused} must be a whole number >= 1 and <= {most}: give one in "
+                                           "that range"], r.stderr
+
+
 def test_batch_sizes_per_model_and_optimizer_name_only_the_experiments_optimizers():
     """An optimizer a model's batch sizes leave out trains nothing there; one they name must be the experiment's
     (a misspelt name would otherwise train nothing, silently)."""

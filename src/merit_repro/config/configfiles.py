@@ -142,10 +142,63 @@ def schema_problems(config, schema_path):
             err = jsonschema.exceptions.best_match(same_kind or err.context)
         where = ".".join(str(p) for p in err.absolute_path) or "the config"
         hint = err.schema.get("description") if isinstance(err.schema, dict) else None
-        if isinstance(err.instance, str) and _number_text(err.instance):
-            hint = f"YAML reads {err.instance} as text: write it with a dot and a signed exponent, e.g. 1.0e+12"
-        found.append(f"{where}: {err.message}" + (f" ({hint})" if hint else ""))
+        found.append(_kind_problem(config, where, err) or f"{where}: {err.message}" + (f" ({hint})" if hint else ""))
     return sorted(set(found))
+
+
+# Snakemake's --config reads a value as an int, a float, True or False, else with YAML's BaseLoader: any other word,
+# and every item of a list or mapping, arrives as text. A YAML file reads 1e12 (no dot, no signed exponent) as text.
+BOOLEAN_WORDS = {"true": "True", "false": "False", "yes": "True", "no": "False"}
+
+
+def _kind_problem(config, where, err):
+    """A value of the wrong kind as --config or YAML makes one, with the fix that works for it; None for others."""
+    if err.validator != "type":
+        return None
+    wanted = {err.validator_value} if isinstance(err.validator_value, str) else set(err.validator_value)
+    path = list(err.absolute_path)
+    return _text_problem(config, where, path, err, wanted) or _shape_problem(config, path, err.instance, wanted)
+
+
+def _text_problem(config, where, path, err, wanted):
+    """Text where a boolean or a number belongs."""
+    value = err.instance
+    if not isinstance(value, str):
+        return None
+    if "boolean" in wanted and value.lower() in BOOLEAN_WORDS:
+        word = BOOLEAN_WORDS[value.lower()]
+        if len(path) > 1:
+            return f"{where}: {value!r} is text, not a boolean: write {word.lower()}, unquoted, in the config file"
+        return (f"{where}: {value!r} is text, not a boolean: write --config {where}={word} (Snakemake's --config reads "
+                "only True and False as booleans)")
+    if not (wanted & {"number", "integer"} and _number_text(value)):
+        return None
+    if "e" in value.lower():
+        return (f"{where}: {err.message} (YAML reads {value} as text: write it with a dot and a signed exponent, "
+                "e.g. 1.0e+12)")
+    if len(path) == 2 and isinstance(path[1], int):   # an item of a top-level list: what --config makes of [3]
+        return f"{path[0]}: {config[path[0]]!r} holds text, not numbers: " + _in_a_file(config, path[0])
+    return f"{where}: {value!r} is text, not a number: write it unquoted"
+
+
+def _shape_problem(config, path, value, wanted):
+    """A list where a top-level key takes a number, or a single value where it takes a list."""
+    if len(path) != 1:
+        return None
+    key = path[0]
+    if isinstance(value, list) and wanted & {"number", "integer"} and "array" not in wanted:
+        example = value[0] if value else "N"
+        return f"{key}: {value!r} is a list, and {key} takes one number: write --config {key}={example}"
+    if "array" in wanted and not isinstance(value, list):
+        return f"{key}: {value!r} is not a list, and {key} takes a list: " + _in_a_file(config, key)
+    return None
+
+
+def _in_a_file(config, key):
+    """How to give a top-level key a list of numbers, which no --config can."""
+    items = config[key] if isinstance(config[key], list) else [config[key]]
+    example = json.dumps([_as_number(item) if isinstance(item, str) else item for item in items])
+    return f"Snakemake's --config reads a list's items as text, so set it in your config file instead: {key}: {example}"
 
 
 def _number_text(text):
@@ -154,6 +207,13 @@ def _number_text(text):
         return True
     except ValueError:
         return False
+
+
+def _as_number(text):
+    try:
+        return int(text)
+    except ValueError:
+        return float(text) if _number_text(text) else text
 
 
 def check_schema(config, schema_path):

@@ -21,6 +21,9 @@ from pathlib import Path
 
 from merit_repro.utils import UserError
 
+# Jobs that may share one GPU at most (each tries one lock file per place): scripts/mechanism_gpu.sh's bound too.
+MAX_CELLS_PER_GPU = 64
+
 
 def device_pool(scheduler=False):
     """Device ids to share: $MERIT_GPUS (a count, or ids with commas), $CUDA_VISIBLE_DEVICES, or all.
@@ -56,10 +59,13 @@ def lock_dir():
 
 
 def cells_per_gpu():
-    """How many jobs may share one device: $MERIT_CELLS_PER_GPU, a whole number >= 1 (default 1)."""
+    """How many jobs may share one device: $MERIT_CELLS_PER_GPU, a whole number from 1 to MAX_CELLS_PER_GPU (default
+    1), read as ASCII digits of bounded length (str.isdigit takes '²', which int() then refuses in words of its own)."""
     text = os.environ.get("MERIT_CELLS_PER_GPU", "1").strip()
-    if not text.isdigit() or int(text) < 1:
-        raise UserError(f"MERIT_CELLS_PER_GPU={text!r} must be a whole number >= 1 (how many cells share one GPU)")
+    digits = text.isascii() and text.isdigit() and len(text) <= len(str(MAX_CELLS_PER_GPU))
+    if not digits or not 1 <= int(text) <= MAX_CELLS_PER_GPU:
+        raise UserError(f"MERIT_CELLS_PER_GPU={text!r} must be a whole number >= 1 and <= {MAX_CELLS_PER_GPU}: set it "
+                        "to how many cells share one GPU, e.g. MERIT_CELLS_PER_GPU=12")
     return int(text)
 
 

@@ -132,6 +132,8 @@ class CellConfig:
         mal_probes): cells of any batch size and the same tokens are probed at the same tokens, as steps allow."""
         if self.mal_probes is None:
             regular = range(self.mal_every, self.steps + 1, self.mal_every)
+        elif self.mal_probes > self.steps:   # under a step apart: every step, without a loop over every probe
+            regular = range(1, self.steps + 1)
         else:
             tokens_apart = self.tokens / self.mal_probes
             regular = (min(self.steps, max(1, round(k * tokens_apart / self.tokens_per_step)))
@@ -190,7 +192,7 @@ class CellConfig:
             check(getattr(self, key) >= 0, key, f"{getattr(self, key)} must be >= 0")
         check(self.tokens >= self.tokens_per_step, "tokens",
               f"{self.tokens:g} is less than one step of batch_size x block_size = {self.tokens_per_step}")
-        problems += warmup_problems(self)
+        problems += warmup_problems(self) + probe_problems(self)
         check(0 <= self.min_lr_frac <= 1, "min_lr_frac", f"{self.min_lr_frac} must be in [0, 1]")
         check(self.divergence_factor >= 1, "divergence_factor", f"{self.divergence_factor} must be >= 1")
         check(0 < self.divergence_window <= 1, "divergence_window", f"{self.divergence_window} must be in (0, 1]")
@@ -228,14 +230,30 @@ def warmup_problems(cfg):
         return [(rules[-1], f"{given} are {len(rules)} warmup rules: set one of {', '.join(WARMUP_RULES)} (a model's "
                             "or optimizer's rule replaces cell_defaults' only when it sets the others to null)")]
     rule, value = rules[0], getattr(cfg, rules[0])
-    if rule == "warmup_frac":
-        return [] if 0 <= value < 1 else [(rule, f"{rule}={value} must be in [0, 1)")]
+    if rule == "warmup_frac" and not 0 <= value < 1:
+        return [(rule, f"{rule}={value} must be in [0, 1)")]
     if value < 0:
         return [(rule, f"{rule}={value} must be >= 0")]
-    if cfg.tokens_per_step >= 1 and cfg.lr_warmup_steps >= cfg.steps:   # (a bad batch or context: named above)
-        return [(rule, f"{rule}={value:g} warms up over {cfg.lr_warmup_steps} steps, not fewer than the cell's "
-                       f"{cfg.steps} (batch {cfg.batch_size}): its LR would never decay")]
+    # a share asks for its rounded steps; the one-step floor of a share too small to round to one is not its ask
+    asked = round(value * cfg.steps) if rule == "warmup_frac" and has_steps(cfg) else cfg.lr_warmup_steps
+    if has_steps(cfg) and asked >= cfg.steps:
+        return [(rule, f"{rule}={value:g} warms up over {asked} steps, not fewer than the cell's "
+                       f"{cfg.steps} (batch {cfg.batch_size}): its LR would never decay; lower {rule}")]
     return []
+
+
+def probe_problems(cfg):
+    """(key, what is wrong) with mal_probes: more probes than steps cannot fall on distinct steps."""
+    if cfg.mal_probes is None or not has_steps(cfg) or cfg.mal_probes <= cfg.steps:
+        return []
+    return [("mal_probes", f"mal_probes={cfg.mal_probes} is more probes than the cell's {cfg.steps} steps (batch "
+                           f"{cfg.batch_size}, {cfg.tokens:g} tokens): set mal_probes to at most {cfg.steps}, or to "
+                           "null to probe every mal_every steps")]
+
+
+def has_steps(cfg):
+    """Whether the cell's batch, context and budget make whole steps (a bad one is named by problems())."""
+    return cfg.tokens_per_step >= 1 and cfg.tokens >= cfg.tokens_per_step
 
 
 def result_config(cfg: CellConfig):

@@ -49,12 +49,37 @@ def lr_grid_problems(exp, where, model, optimizer):
 
 
 def batch_problems(exp, where):
-    """Batch sizes given per model and then per optimizer under a name that is not one of the experiment's
-    optimizers (a misspelt one would train nothing, silently)."""
-    return [f"{where}.batch_sizes.{model}.{opt}: {opt!r} is not one of the experiment's optimizers "
-            f"({', '.join(exp['optimizers'])})"
-            for model, per in (exp["batch_sizes"].items() if isinstance(exp["batch_sizes"], dict) else ())
-            if isinstance(per, dict) for opt in per if opt not in exp["optimizers"]]
+    """What in an experiment's batch_sizes would drop cells silently (grid.batch_list reads a mapping by model first,
+    then by optimizer): a key that is none of the experiment's models and optimizers, an optimizer's key beside
+    models' keys (a model's entry hides it), a mapping under an optimizer's key (never read), and under a model's
+    key an optimizer that is not the experiment's."""
+    sizes = exp["batch_sizes"]
+    if not isinstance(sizes, dict):
+        return []
+    model_keys = [key for key in sizes if key in exp["models"]]
+    return [problem for key, value in sizes.items()
+            for problem in batch_key_problems(exp, f"{where}.batch_sizes.{key}", key, value, model_keys)]
+
+
+def batch_key_problems(exp, path, key, value, model_keys):
+    """batch_problems of one key of a batch_sizes mapping, at path; model_keys: the mapping's keys that are models."""
+    models, optimizers = exp["models"], exp["optimizers"]
+    if key in models:
+        named = value if isinstance(value, dict) else {}
+        return [f"{path}.{opt}: {opt!r} is not one of the experiment's optimizers ({', '.join(optimizers)}): rename "
+                "it to one of them or remove it" for opt in named if opt not in optimizers]
+    if key not in optimizers:
+        return [f"{path}: {key!r} is neither a model ({', '.join(models)}) nor an optimizer ({', '.join(optimizers)}) "
+                "of the experiment, so its batch sizes would train nothing: rename it to one of them or remove it"]
+    per_model = f"{{{(model_keys or models)[0]}: {{{key}: [...]}}}}"
+    if model_keys:
+        return [f"{path}: an optimizer's key beside models' keys ({', '.join(model_keys)}), whose entries hide it "
+                f"({key} would train nothing there): key batch_sizes by model or by optimizer, not both; per model "
+                f"and optimizer, write {per_model}"]
+    if isinstance(value, dict):
+        return [f"{path}: a mapping under an optimizer's key is never read ({key} would train nothing): give {key} a "
+                f"list of batch sizes, or key batch_sizes by model, {per_model}"]
+    return []
 
 
 def key_path(config, cell, key):
@@ -208,11 +233,14 @@ def experiment_problems(config, name, exp):
 def grid_problems(config, name, exp, reported):
     """An experiment's LR grids (each list, equal density) and every setting of every cell they make."""
     where = f"experiments.{name}"
+    problems = batch_problems(exp, where)
+    if problems:   # before a missing key's KeyError: a misspelt key is the likelier cause
+        return problems
     try:
         pairs = trained_pairs(exp)
     except KeyError as err:
         return [f"{where}: no value for {err.args[0]} in tokens/batch_sizes (dict keyed by model or optimizer)"]
-    problems = batch_problems(exp, where) + [p for m, opt in pairs for p in lr_grid_problems(exp, where, m, opt)]
+    problems = [p for m, opt in pairs for p in lr_grid_problems(exp, where, m, opt)]
     if problems:
         return problems
     for model in exp["models"]:
