@@ -116,9 +116,21 @@ def test_a_gpu_share_that_is_not_ascii_digits_up_to_64_names_its_variable(monkey
     with pytest.raises(UserError) as err:
         cells_per_gpu()
     assert str(err.value) == (f"MERIT_CELLS_PER_GPU={value!r} must be a whole number >= 1 and <= 64: set it to how "
-                              "many cells share one GPU, e.g. MERIT_CELLS_PER_GPU=12")
+                              "many cells share one GPU, e.g. 12")
     monkeypatch.setenv("MERIT_CELLS_PER_GPU", "64")
     assert cells_per_gpu() == 64
+
+
+@pytest.mark.parametrize("value", ["\u00b2", "65", "9" * 13])
+def test_a_gpu_count_that_is_not_ascii_digits_up_to_64_names_its_variable(monkeypatch, value):
+    """MERIT_GPUS='\u00b2' failed in int(); a count of 10^12 without CUDA_VISIBLE_DEVICES built that many ids."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("MERIT_GPUS", value)
+    with pytest.raises(UserError, match=rf"^MERIT_GPUS={value!r} must be a whole number >= 1 and <= 64"):
+        device_pool()
+    monkeypatch.setenv("MERIT_GPUS", ",".join(map(str, range(65))))
+    with pytest.raises(UserError, match="MERIT_GPUS names 65 devices"):
+        device_pool()
 
 
 @pytest.mark.parametrize("saved, index, restored", [

@@ -23,6 +23,7 @@ from merit_repro.utils import UserError
 
 # Jobs that may share one GPU at most (each tries one lock file per place): scripts/mechanism_gpu.sh's bound too.
 MAX_CELLS_PER_GPU = 64
+MAX_GPUS = 64   # devices of one node
 
 
 def device_pool(scheduler=False):
@@ -42,11 +43,15 @@ def device_pool(scheduler=False):
     if not spec:
         return visible
     if spec.isdigit():
-        if visible is not None and int(spec) > len(visible):
+        count = whole_count("MERIT_GPUS", spec, MAX_GPUS, "how many GPUs the cells share, or their ids with commas")
+        if visible is not None and count > len(visible):
             raise UserError(f"MERIT_GPUS={spec} asks for more GPUs than CUDA_VISIBLE_DEVICES={','.join(visible)} "
                             "allows; lower MERIT_GPUS or widen CUDA_VISIBLE_DEVICES")
-        return visible[:int(spec)] if visible is not None else [str(i) for i in range(int(spec))]
+        return visible[:count] if visible is not None else [str(i) for i in range(count)]
     ids = [s.strip() for s in spec.split(",") if s.strip()]
+    if len(ids) > MAX_GPUS:
+        raise UserError(f"MERIT_GPUS names {len(ids)} devices, more than a node holds (at most {MAX_GPUS}): name the "
+                        "devices the cells share, with commas")
     outside = [i for i in ids if visible is not None and i not in visible]
     if outside:
         raise UserError(f"MERIT_GPUS={spec} names devices {','.join(outside)} outside CUDA_VISIBLE_DEVICES="
@@ -60,12 +65,17 @@ def lock_dir():
 
 def cells_per_gpu():
     """How many jobs may share one device: $MERIT_CELLS_PER_GPU, a whole number from 1 to MAX_CELLS_PER_GPU (default
-    1), read as ASCII digits of bounded length (str.isdigit takes '²', which int() then refuses in words of its own)."""
+    1)."""
     text = os.environ.get("MERIT_CELLS_PER_GPU", "1").strip()
-    digits = text.isascii() and text.isdigit() and len(text) <= len(str(MAX_CELLS_PER_GPU))
-    if not digits or not 1 <= int(text) <= MAX_CELLS_PER_GPU:
-        raise UserError(f"MERIT_CELLS_PER_GPU={text!r} must be a whole number >= 1 and <= {MAX_CELLS_PER_GPU}: set it "
-                        "to how many cells share one GPU, e.g. MERIT_CELLS_PER_GPU=12")
+    return whole_count("MERIT_CELLS_PER_GPU", text, MAX_CELLS_PER_GPU, "how many cells share one GPU, e.g. 12")
+
+
+def whole_count(variable, text, largest, meaning):
+    """text as a whole number from 1 to largest, read as ASCII digits of bounded length (str.isdigit takes '²',
+    which int() then refuses in words of its own); else a UserError naming the variable."""
+    digits = text.isascii() and text.isdigit() and len(text) <= len(str(largest))
+    if not digits or not 1 <= int(text) <= largest:
+        raise UserError(f"{variable}={text!r} must be a whole number >= 1 and <= {largest}: set it to {meaning}")
     return int(text)
 
 
