@@ -125,8 +125,12 @@ def test_runs_and_corpora_copied_without_the_record_are_shown_by_their_hashes(tm
     results, figures = copied_results(tmp_path / "results"), tmp_path / "paper_figures"
     copied_results(results / "mechanism")
     folders.claim(plan(results / "mechanism", tmp_path / "fig2"))   # another config's folder: its record shows it
-    make(figures / "lion", folders.RECORD)
+    folders.claim(plan(tmp_path / "r2", figures / "lion"))   # another config's figures, inside
     assert plan(results, figures)[str(results)]["claimed"] == "its content shown to be the workflow's"
+    make(figures / "val_loss_vs_batch", folders.RECORD, "sweep.csv")   # a record where the workflow writes shields nothing
+    make(results / "tables", folders.RECORD, "runs.csv")   # nor does one that is not a record
+    assert "would overwrite tables/" in refusal(results, figures, adopt=True)
+    assert "would overwrite val_loss_vs_batch/" in refusal(tmp_path / "r3", figures, adopt=True)
 
 
 @pytest.mark.parametrize("change", ["edited", "extra", "weights", "corpus"])
@@ -162,6 +166,36 @@ def test_links_and_special_files_are_never_followed_or_read(tmp_path):
     (results / "runs" / "link").symlink_to("/dev/zero")
     line = refusal(results, tmp_path / "figures", adopt=True)
     assert "would overwrite runs/link" in line and "pipe" in line
+
+
+def test_hostile_layouts_end_in_one_line_without_a_hang(tmp_path):
+    """Weights recorded as 0 bytes and a FIFO named model.pt (its hash would never end), a record nested past the
+    parser's depth, a tree deeper than the stack, a name with a newline, a symlink loop: one line each."""
+    import os
+
+    results = copied_results(tmp_path / "results")
+    run = results / "runs/S/262144/adamw/bs16/lr1e-3/seed0"
+    atomic_write_json(run / paths.SUMMARY, {**read_json(run / paths.SUMMARY), "weights": {"size": 0, "sha256": "x"}})
+    os.mkfifo(run / records.WEIGHTS)
+    assert "seed0/" in refusal(results, tmp_path / "figures", adopt=True)
+    deep = tmp_path / "deep"
+    deep.mkdir()
+    (deep / folders.RECORD).write_text("[" * 30000 + "]" * 30000)
+    assert "damaged (nested too deep)" in refusal(deep, tmp_path / "figures")
+    tree = leaf = tmp_path / "tree"
+    for _ in range(1100):   # (os.makedirs recurses once a level)
+        leaf = leaf / "d"
+        leaf.mkdir(parents=True)
+    make(leaf, "leaf", "odd\nname")
+    line = refusal(tree, tmp_path / "figures")
+    assert "holds 2 file(s)" in line and "odd\\nname" in line
+    for name in ("leaf", "odd\nname"):
+        (leaf / name).unlink()
+    while leaf != tmp_path:   # bottom up: shutil.rmtree, pytest's clean-up, recurses once a level
+        leaf.rmdir()
+        leaf = leaf.parent
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    assert "symlink loop" in refusal(tmp_path / "loop" / "results", tmp_path / "figures")
 
 
 def test_a_folder_that_cannot_be_made_is_refused_in_one_line(tmp_path):

@@ -57,7 +57,11 @@ def plan_claims(folders, artifacts, adopt=False):
     check_apart(folders)
     claims = {}
     for role, folder in folders.items():
-        record = claim_for(folder, role, artifacts, adopt)
+        try:
+            record = claim_for(folder, role, artifacts, adopt)
+        except OSError as err:   # a folder on the way that cannot be read (its permissions)
+            raise UserError(f"{role} folder {folder} cannot be read ({shown(str(err))}): choose a folder you can "
+                            f"read and write (--config {role}=PATH)") from None
         if record:
             claims[folder] = record
     return claims
@@ -66,7 +70,11 @@ def plan_claims(folders, artifacts, adopt=False):
 def check_apart(folders):
     """Two roles never share a folder, nor does one lie inside the other's."""
     (role_a, a), (role_b, b) = folders.items()
-    first, second = Path(a).resolve(), Path(b).resolve()
+    try:
+        first, second = Path(a).resolve(), Path(b).resolve()
+    except (OSError, RuntimeError) as err:   # a symlink loop on the way
+        raise UserError(f"{role_a} ({a}) or {role_b} ({b}) cannot be resolved ({shown(str(err))}): choose folders "
+                        f"reached without a symlink loop (--config {role_a}=PATH)") from None
     if first == second or first.is_relative_to(second) or second.is_relative_to(first):
         raise UserError(f"{role_a} ({a}) and {role_b} ({b}) overlap: give each a folder of its own, neither inside "
                         f"the other (--config {role_b}=PATH)")
@@ -83,6 +91,8 @@ def claim_for(folder, role, artifacts, adopt=False):
     if not folder.exists():
         return record(role, "new")
     files = sorted(unproven(folder, role, artifacts))
+    if "./" in files:
+        raise OSError(f"{folder} is not readable")
     if not files:
         return record(role, "its content shown to be the workflow's" if has_output(folder) else "empty")
     in_the_way = [name for name in files if lies_where_written(name, role, artifacts)]
@@ -106,12 +116,13 @@ def check_record(folder, role):
     path = folder / RECORD
     try:
         recorded = read_record(path)["role"]
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise UserError(f"{path} is damaged ({err}): remove it if {folder} holds only the workflow's files, else "
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as err:
+        why = "nested too deep" if isinstance(err, RecursionError) else shown(str(err))
+        raise UserError(f"{path} is damaged ({why}): remove it if {folder} holds only the workflow's files, else "
                         f"choose another folder for {role} (--config {role}=PATH)") from None
     if recorded != role:
-        raise UserError(f"{folder} is the workflow's {recorded} folder ({RECORD}), not a {role} folder: choose "
-                        f"another folder for {role} (--config {role}=PATH)")
+        raise UserError(f"{folder} is the workflow's {shown(str(recorded))} folder ({RECORD}), not a {role} "
+                        f"folder: choose another folder for {role} (--config {role}=PATH)")
 
 
 def read_record(path):
@@ -132,11 +143,16 @@ def read_record(path):
 def refusal(folder, role, files, in_the_way):
     more = ", ..." if len(files) > SHOWN else ""
     what = (f"{role} folder {folder} holds {len(files)} file(s) the workflow cannot show it wrote "
-            f"({', '.join(files[:SHOWN])}{more})")
+            f"({', '.join(map(shown, files[:SHOWN]))}{more})")
     fix = f"choose a new or empty folder for {role} (--config {role}=PATH)"
     if in_the_way:
-        return f"{what}, and it would overwrite {', '.join(in_the_way[:SHOWN])}: {fix}, or move them away"
+        return f"{what}, and it would overwrite {', '.join(map(shown, in_the_way[:SHOWN]))}: {fix}, or move them away"
     return f"{what}: {fix}, or let the workflow write beside them ({ADOPT})"
+
+
+def shown(text):
+    """text with its control characters escaped (a file's name may hold a newline), as a refusal shows it."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def record(role, how, found=()):
@@ -158,30 +174,46 @@ def unproven(folder, role, artifacts):
     """The paths (relative to folder, '/'-separated) of the entries that nothing shows to be the workflow's: files,
     links and special files, and folders that cannot be read."""
     top = Path(folder)
-    for path in walk(top, role):
-        yield path.relative_to(top).as_posix() + ("/" if is_real_dir(path) else "")
+    for path in walk(top, role, artifacts):
+        yield (path.relative_to(top).as_posix() if path != top else ".") + ("/" if is_real_dir(path) else "")
 
 
-def walk(folder, role, depth=0):
-    """The entries under folder not shown to be the workflow's, without following a link."""
+def walk(top, role, artifacts):
+    """The entries under top not shown to be the workflow's, without following a link; iterative, so that no
+    depth of folders exhausts the stack."""
+    stack = [(top, 0)]
+    while stack:
+        folder, depth = stack.pop()
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name, reverse=True)
+        except OSError:
+            yield folder
+            continue
+        for entry in entries:
+            path = Path(entry.path)
+            if depth == 0 and (entry.name in PLACEHOLDERS or role == "results" and entry.name in SIDE_TOOLS):
+                continue
+            if not entry.is_dir(follow_symlinks=False):
+                yield path
+            elif nested_workflow_folder(path, top, role, artifacts):
+                continue
+            elif (own := own_names(path)) is not None:
+                yield from (Path(e.path) for e in sorted(os.scandir(path), key=lambda e: e.name)
+                            if e.name not in own or not e.is_file(follow_symlinks=False))
+            else:
+                stack.append((path, depth + 1))
+
+
+def nested_workflow_folder(path, top, role, artifacts):
+    """Another config's output folder inside this one (results/mechanism, a rebuild's under from_bundle/): its
+    record reads as one, and it does not lie where this folder's workflow writes, where a record of anyone's making
+    would shield anything."""
     try:
-        entries = sorted(os.scandir(folder), key=lambda e: e.name)
-    except OSError:
-        yield Path(folder)
-        return
-    for entry in entries:
-        path = Path(entry.path)
-        if depth == 0 and (entry.name in PLACEHOLDERS or role == "results" and entry.name in SIDE_TOOLS):
-            continue
-        if not entry.is_dir(follow_symlinks=False):
-            yield path
-        elif os.path.lexists(path / RECORD):   # another config's folder, inside this one
-            continue
-        elif (own := own_names(path)) is not None:
-            yield from (Path(e.path) for e in os.scandir(path)
-                        if e.name not in own or not e.is_file(follow_symlinks=False))
-        else:
-            yield from walk(path, role, depth + 1)
+        read_record(path / RECORD)["role"]
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        return False
+    first = path.relative_to(top).parts[0]
+    return first == "from_bundle" or not lies_where_written(first, role, artifacts)
 
 
 def is_real_dir(path):
@@ -190,10 +222,13 @@ def is_real_dir(path):
 
 def own_names(path):
     """The names the workflow writes in a run's or a corpus's folder whose records show its files as they are
-    (sizes and sha256); None for any other folder."""
-    if run_files_shown(path):
-        return {*RUN_OWN, *paths.VOUCHED}
-    corpus = corpus_files_shown(path)
+    (sizes and sha256); None for any other folder, or one that cannot be read."""
+    try:
+        if run_files_shown(path):
+            return {*RUN_OWN, *paths.VOUCHED}
+        corpus = corpus_files_shown(path)
+    except OSError:
+        return None
     return None if corpus is None else {*CORPUS_OWN, *corpus}
 
 
@@ -208,11 +243,13 @@ def run_files_shown(path):
         return False
     if not os.path.lexists(path / WEIGHTS):
         return True
+    if not is_plain_file(path / WEIGHTS):   # before its hash: a FIFO or a link to /dev/zero would never end
+        return False
     try:
         check_weights(path, summary)
-    except (UserError, OSError):
+    except UserError:
         return False
-    return is_plain_file(path / WEIGHTS)
+    return True
 
 
 def corpus_files_shown(path):
@@ -243,7 +280,7 @@ def read_plain_json(path, limit=1 << 24):
         return None
     try:
         return json.loads(Path(path).read_bytes())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
 
 
@@ -258,7 +295,7 @@ def top_level(files):
 
 def lies_where_written(name, role, artifacts):
     """Whether a path (relative to a role's folder) lies where the workflow writes, so that it could overwrite it."""
-    first, _, rest = name.partition("/")
+    first = name.split("/")[0]
     if role == "results":
         return first in RESULTS_WRITES
-    return (first in INDEX_FILES and not rest) or first in artifacts
+    return first in INDEX_FILES or first in artifacts
