@@ -209,3 +209,12 @@ def test_the_kinds_of_a_record_are_named_by_their_place():
     assert records.record_problems("runs/x/metrics.csv", b"step,loss\n0,5.5\n") == ["its header lacks val_loss"]
     assert records.record_problems("runs/x/eval.json", b"[" * 100_000)[0].startswith("it is not JSON")
     assert records.record_problems("runs/x/train.log", b"anything") == []
+
+
+@pytest.mark.parametrize("rivals", [[0.002], "2e-3", [["x"]], None])
+def test_a_decisions_rivals_of_another_kind_are_refused(rivals):
+    """A rival LR is text as tuning writes it: a number, a string or a null there took with_second_look down."""
+    decision = {"group": {"experiment": "e", "model": "S", "tokens": "4096", "optimizer": "adamw", "batch": 8},
+                "cells": [], "done": True, "best_lr": None, "at_edge": False, "status": "ok", "extensions": [],
+                "table": [], "rivals": rivals}
+    assert [p for p in records.kind_problems(decision, records.DECISION_TYPES) if p.startswith("rivals")]

@@ -17,7 +17,7 @@ from merit_repro.report.artifacts import make
 from merit_repro.report.artifacts.looks import settle
 from merit_repro.report.claims import Setting, Stats, of_values, statement
 from merit_repro.report.integrity import decision_problems
-from merit_repro.report.second_look import audit_first_look
+from merit_repro.report.second_look import audit_first_look, check_looked
 from merit_repro.utils import UserError
 
 SECOND = [4, 5, 6]
@@ -172,8 +172,14 @@ def test_a_bundle_that_drops_seeds_the_first_look_sent_is_refused(looked, tmp_pa
     g = sent["group"]
     with pytest.raises(UserError, match=rf"{g['model']}/{g['optimizer']}/bs{g['batch']} lacks seed {SECOND[0]} at lr"):
         audit_first_look(config, finals, config["results"], PAPER_NUMBERS, 100, path, cherry_picked)
-    with pytest.raises(UserError, match="has no looked.json"):
+    with pytest.raises(UserError, match="has no looked decision"):
         audit_first_look(config, finals, config["results"], PAPER_NUMBERS, 100, path, decisions[1:])
+    with pytest.raises(UserError, match="has more than one decision"):   # the last of two would win silently
+        audit_first_look(config, finals, config["results"], PAPER_NUMBERS, 100, path, [*cherry_picked, sent])
+    looked_at = next(f for f in finals if f["group"] == sent["group"])
+    for forged in ({"best_lr": "9e-9"}, {"rivals": ["9e-9"]}):   # kinds read_decision takes, LRs no cell has
+        with pytest.raises(UserError, match="names LRs it trained no cells at"):
+            check_looked([{**looked_at, **forged}], decisions, record)
 
 
 def test_a_comparison_the_first_look_settled_is_printed_with_its_seeds_wherever_it_is_stated_again():

@@ -161,6 +161,7 @@ DECISION_TYPES = {   # a tuning round or final decision (plan.tuning.annotate)
     "cells": [{"lr": NUMBER_TEXT, "seed": int, "lr_origin": str, "seed_origin": str}],
     "done": bool, "best_lr": (NUMBER_TEXT, NULL), "at_edge": bool, "status": str, "extensions": [NUMBER_TEXT],
     "table": [{"lr": NUMBER_TEXT, "selection_loss": NUMBER_OR_NULL, "diverged_seeds": [int], "disqualified": bool}],
+    "rivals": Maybe([NUMBER_TEXT]), "second_look": Maybe([int]),
 }
 GROUP_TYPES = DECISION_TYPES["group"]
 LOOK_TYPES = {   # the first of two looks at the claim seeds (report.second_look), as the artifacts read it

@@ -23,7 +23,7 @@ from merit_repro.report.artifacts import ARTIFACT_FUNCTIONS, load_context
 from merit_repro.report.artifacts.looks import REDO, looked
 from merit_repro.report.claims import Stats
 from merit_repro.report.tables import best_lr_table, runs_table
-from merit_repro.utils import UserError
+from merit_repro.utils import UserError, one_line
 
 
 def looked_artifacts(config, name):
@@ -92,8 +92,10 @@ def check_looked(decisions, looked, look):
     """UserError naming each group whose looked decision is not its final one with the cells the first look sent
     (tuning.with_second_look): seeds left out, seeds added, or the group missing."""
     theirs = {group_key(d): d for d in looked}
-    problems = [problem for final in sorted(decisions, key=group_key)
-                if (problem := looked_problem(final, theirs.get(group_key(final)), look))]
+    problems = [f"{group_name(d)} has more than one decision" for d in (*looked, *decisions)
+                if [group_key(e) for e in (looked if d in looked else decisions)].count(group_key(d)) > 1]
+    problems += [problem for final in sorted(decisions, key=group_key)
+                 if (problem := looked_problem(final, theirs.get(group_key(final)), look))]
     if problems:
         raise UserError("the bundle's decisions do not hold the seeds its first look sent to the second look: "
                         f"{'; '.join(problems[:5])}{' ...' if len(problems) > 5 else ''}. A report on other seeds than "
@@ -102,17 +104,24 @@ def check_looked(decisions, looked, look):
 
 def looked_problem(final, got, look):
     """How a group's looked decision (got) differs from the one its final decision and the look give ('' if not)."""
+    name = group_name(final)
+    lrs = {c["lr"] for c in final["cells"]}
+    if not {final["best_lr"], *final.get("rivals", [])} <= lrs | {None}:
+        return f"{name}'s final decision names LRs it trained no cells at (best_lr, rivals)"
     want = json.loads(json.dumps(with_second_look(final, look)))   # as written
     if got == want:
         return ""
-    g = final["group"]
-    name = f"{g['experiment']}/{g['model']}/{g['optimizer']}/bs{g['batch']}"
     if got is None:
-        return f"{name} has no looked.json"
+        return f"{name} has no looked decision"
     missing, extra = sorted(cell_keys(want) - cell_keys(got)), sorted(cell_keys(got) - cell_keys(want))
     parts = [f"{verb} {', '.join(f'seed {seed} at lr {lr}' for lr, seed in cells)}"
              for verb, cells in (("lacks", missing), ("adds", extra)) if cells]
     return f"{name} {' and '.join(parts) or 'differs from its final decision with the second look'}"
+
+
+def group_name(decision):
+    g = decision["group"]
+    return one_line(f"{g['experiment']}/{g['model']}/{g['optimizer']}/bs{g['batch']}")
 
 
 def group_key(decision):
