@@ -443,11 +443,13 @@ def test_the_lock_pins_every_dependency_within_its_range():
 def test_a_second_look_trains_seeds_only_where_the_first_left_statements_undecided(tmp_path):
     """second_look_seeds: the first look judges every statement on the claim seeds, the groups behind the ones left
     undecided for want of seeds train the second-look seeds at their chosen LR, and the report keeps every other
-    verdict as the first look decided it (the look in claims.csv)."""
+    verdict as the first look decided it (the look in claims.csv). Each grid has its best LR inside by design (one
+    LR too small to learn, one that diverges): a best LR on its grid's edge would block every comparison of two groups
+    whatever the seeds, and send none to the second look."""
     config = yaml.safe_load(TINY.read_text())
+    grids = {"adamw": [1.0e-7, 3.0e-3, 1.0e+3], "merit": [1.0e-7, 5.0e-3, 1.0e+3]}
     config["experiments"] = {"sweep": {"models": ["T"], "tokens": 4096, "optimizers": ["adamw", "merit"],
-                                       "batch_sizes": [4, 8], "lr_grid": {"adamw": [3.0e-3], "merit": [5.0e-3]},
-                                       "artifacts": ["val_loss_vs_batch"]}}
+                                       "batch_sizes": [4, 8], "lr_grid": grids, "artifacts": ["val_loss_vs_batch"]}}
     config.update(claim_seeds=[1, 2], second_look_seeds=[3])
     config["report"] = {**config.get("report", {}), "first_look_share": 0.5}   # an even split: each look at 0.025
     path = tmp_path / "looks.yaml"
@@ -456,6 +458,7 @@ def test_a_second_look_trains_seeds_only_where_the_first_left_statements_undecid
     r = snakemake(workdir, config=path)
     assert r.returncode == 0, r.stderr[-3000:]
     results = workdir / "results"
+    assert not pd.read_csv(results / "tables" / "best_lr.csv").at_edge.any()
     look = json.loads((results / "tuning" / "_second_look.json").read_text())
     assert look["alpha"] == 0.025 and look["seeds"] == [3]
     sent = {(g["optimizer"], g["batch"]) for g in look["groups"]}
