@@ -147,6 +147,26 @@ def test_a_damaged_marker_is_ignored_and_written_again(tmp_path, corpus_folder, 
     assert not marker.is_symlink() and set(json.loads(marker.read_text())) == {"train.bin", "val.bin"}
 
 
+@pytest.mark.parametrize("damage", ["a FIFO", "a link to /dev/zero", "a name outside the folder"])
+def test_a_token_file_that_is_no_plain_file_of_the_corpus_is_refused_unread(tmp_path, corpus_folder, damage):
+    """meta.json saying 0 tokens lets a FIFO or /dev/zero pass the size check; hashing it would never end."""
+    out, path, _ = marked_corpus(tmp_path, corpus_folder)
+    meta = json.loads((out / "meta.json").read_text())
+    meta["splits"]["val"]["tokens"] = 0
+    (out / "val.bin").unlink()
+    if damage == "a FIFO":
+        os.mkfifo(out / "val.bin")
+    elif damage == "a link to /dev/zero":
+        (out / "val.bin").symlink_to("/dev/zero")
+    else:
+        meta["splits"]["val"]["file"] = "/dev/zero"
+    (out / "meta.json").write_text(json.dumps(meta))
+    code = "import sys; from merit_repro.data.tokens import verify; verify(sys.argv[1])"
+    env = {**os.environ, "PYTHONPATH": str(Path(tokens.__file__).parents[2])}
+    r = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode != 0 and ("not a plain file" in r.stderr or "not a file of the folder" in r.stderr), r.stderr
+
+
 def test_tokenizer_mismatch_is_refused(tmp_path, corpus_folder):
     prepare(f"textfile:{corpus_folder}", "bytes", tmp_path / "d")
     with pytest.raises(DataError, match="prepared with tokenizer 'bytes'.*'gpt2'"):

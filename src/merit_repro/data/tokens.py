@@ -310,8 +310,14 @@ def verify(data_dir, tokenizer=None, deep=True, trust_marker=True):
     hashed = False
     for split, info in meta["splits"].items():
         path = data_dir / info["file"]
+        if Path(info["file"]).name != info["file"]:   # "../x", "/dev/zero": a corpus's files lie in its folder
+            raise DataError(f"{data_dir}/meta.json names {info['file']!r} as its {split} split, not a file of the "
+                            f"folder; prepare {data_dir} again (--force)")
         if not path.exists():
             raise DataError(f"{path} is missing; prepare {data_dir} again (--force)")
+        if not stat.S_ISREG(path.stat().st_mode):   # a FIFO or a device would be read without end
+            raise DataError(f"{path} is not a plain file (a FIFO, a device or a folder); prepare {data_dir} again "
+                            "(--force)")
         _check_size(path, path.stat().st_size, info["tokens"], itemsize, data_dir)
         fingerprint = _fingerprint(path)
         if deep and (fingerprint is None or marks.get(info["file"]) != fingerprint):
