@@ -133,3 +133,11 @@ def test_probe_steps_never_loop_over_more_probes_than_steps():
     assert cfg.probe_steps() == [0, 1, 2, 3, 4, 5]
     assert time.perf_counter() - start < 0.5
     assert CellConfig(batch_size=64, block_size=64, tokens=64 * 64 * 5, mal_probes=5).validate()   # one a step: passes
+
+
+@pytest.mark.parametrize("key", ["tokens", "block_size", "lr", "eps", "warmup_tokens"])
+def test_a_whole_number_past_a_floats_range_is_named_not_overflowed(key):
+    """A 400-digit integer in YAML is an int, which passed as a finite float and then overflowed where it met one."""
+    settings = {key: 10**400, **({"warmup_frac": None} if key == "warmup_tokens" else {})}
+    [(named, message)] = CellConfig(**settings).problems()
+    assert named == key and "401 digits" in message

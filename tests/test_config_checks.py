@@ -320,6 +320,10 @@ def test_batch_sizes_that_would_drop_cells_are_refused_one_line_each(batch_sizes
                             "second_look_seeds: [3]"),
     ("max_job_minutes=[30]", "max_job_minutes: ['30'] is a list, and max_job_minutes takes one number: write "
                              "--config max_job_minutes=30"),
+    ("second_look_seeds=[1e3]", "second_look_seeds: ['1e3'] holds text, not numbers: Snakemake's --config reads a "
+                                "list's items as text, so set it in your config file instead: second_look_seeds: "
+                                "[1000]"),
+    ("claim_seeds=null", "claim_seeds: 'null' is text, not null: write claim_seeds: null in your config file"),
 ])
 def test_a_value_of_the_wrong_kind_from_the_command_line_gets_advice_that_works(given, message):
     """Values as Snakemake's --config reads them (True and False are its only booleans; a list's items are text). The
@@ -333,6 +337,8 @@ def test_a_value_of_the_wrong_kind_from_the_command_line_gets_advice_that_works(
     fixed = tiny_config()   # what the advice says to write passes
     if "write --config " in message:
         fixed.update(parse_config([message.split("write --config ")[1].split()[0]]))
+    elif "in your config file" in message and "instead" not in message:
+        fixed.update(yaml.safe_load(message.split("write ")[1].split(" in your config file")[0]))
     else:
         fixed.update(yaml.safe_load(message.split("instead: ")[1]))
     assert configfiles.schema_problems(fixed, SCHEMA) == []

@@ -275,6 +275,15 @@ def test_force_deletes_no_file_whose_name_an_export_does_not_write(run_dir, expo
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before and siblings(out) == ["model"]
 
 
+def test_force_into_the_current_folder_replaces_the_export_there(run_dir, exported, tmp_path, monkeypatch):
+    """--out . from inside an earlier export: '.' has no name to write beside (it failed with 'empty name')."""
+    out = tmp_path / "model"
+    shutil.copytree(exported, out)
+    monkeypatch.chdir(out)
+    assert main(["--run", str(run_dir), "--out", ".", "--force"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in exported.iterdir())
+
+
 def test_a_full_disk_under_export_is_one_error_line_and_leaves_the_earlier_export(run_dir, exported, tmp_path, capsys,
                                                                                    monkeypatch):
     from transformers import PreTrainedModel

@@ -168,3 +168,13 @@ def test_a_checkpoint_saved_when_data_dir_was_part_of_a_cell_still_resumes(tmp_p
                path)
     with pytest.raises(UserError, match=r"a checkpoint of a different cell \(keys \['lr'\] differ\)"):
         checkpoint.load(path, cfg, {"data": "f"}, mmap=False)
+
+
+@pytest.mark.parametrize("spec, says", [("0,0", "names '0' twice"), ("2 3", "names '2 3', not a device"),
+                                        ("1.5", "names '1.5', not a device"), (",,,", "names no device")])
+def test_device_ids_that_are_no_devices_or_repeat_are_refused(monkeypatch, spec, says):
+    """MERIT_GPUS=0,0 made a pool of one device twice: a two-GPU job waited for ever on its own lock."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
+    monkeypatch.setenv("MERIT_GPUS", spec)
+    with pytest.raises(UserError, match=f"^MERIT_GPUS={spec!r} {says}: give device numbers"):
+        device_pool()

@@ -171,13 +171,15 @@ def _text_problem(config, where, path, err, wanted):
             return f"{where}: {value!r} is text, not a boolean: write {word.lower()}, unquoted, in the config file"
         return (f"{where}: {value!r} is text, not a boolean: write --config {where}={word} (Snakemake's --config reads "
                 "only True and False as booleans)")
+    if "null" in wanted and value.lower() in ("null", "none", "~"):
+        return f"{where}: {value!r} is text, not null: write {where}: null in your config file"
     if not (wanted & {"number", "integer"} and _number_text(value)):
         return None
+    if len(path) == 2 and isinstance(path[1], int):   # an item of a top-level list: what --config makes of [3]
+        return f"{path[0]}: {config[path[0]]!r} holds text, not numbers: " + _in_a_file(config, path[0])
     if "e" in value.lower():
         return (f"{where}: {err.message} (YAML reads {value} as text: write it with a dot and a signed exponent, "
                 "e.g. 1.0e+12)")
-    if len(path) == 2 and isinstance(path[1], int):   # an item of a top-level list: what --config makes of [3]
-        return f"{path[0]}: {config[path[0]]!r} holds text, not numbers: " + _in_a_file(config, path[0])
     return f"{where}: {value!r} is text, not a number: write it unquoted"
 
 
@@ -210,10 +212,10 @@ def _number_text(text):
 
 
 def _as_number(text):
-    try:
-        return int(text)
-    except ValueError:
-        return float(text) if _number_text(text) else text
+    if not _number_text(text):
+        return text
+    number = float(text)
+    return int(number) if number.is_integer() and abs(number) < 2**63 else number
 
 
 def check_schema(config, schema_path):

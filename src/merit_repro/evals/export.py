@@ -355,7 +355,7 @@ def write_in_place(run, out, dtype, earlier):
 
 def export(run_dir, out, dtype="float32", force=False):
     """Export the run to out; the names written there."""
-    out, run_dir = Path(out), Path(run_dir)
+    out, run_dir = absolute(out), Path(run_dir)
     summary = read_summary(run_dir)
     check_exportable(model_config_of(run_dir, summary))
     earlier = check_out(out, run_dir, force)
@@ -368,13 +368,18 @@ def export(run_dir, out, dtype="float32", force=False):
                         f"free space there or choose another --out, and run again; nothing was left at {out}") from None
 
 
+def absolute(path):
+    """path made absolute: "." has no name to write beside (.NAME.tmp-PID), and once replaced names the old folder."""
+    return Path(os.path.abspath(path))
+
+
 @cli
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m merit_repro.evals.export", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run", required=True, type=Path, metavar="DIR",
                         help="a finished run directory with model.pt (trained with save_model: true)")
-    parser.add_argument("--out", required=True, type=Path, metavar="HF_DIR",
+    parser.add_argument("--out", required=True, type=absolute, metavar="HF_DIR",
                         help="the HuggingFace model folder to write")
     parser.add_argument("--dtype", choices=list(DTYPES), default="float32", help="of the saved weights")
     parser.add_argument("--force", action="store_true", help="replace an existing, non-empty HF_DIR")

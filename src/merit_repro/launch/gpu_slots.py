@@ -15,6 +15,7 @@ A job of several GPUs still takes each of them on a different device.
 
 import fcntl
 import os
+import re
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,6 +25,7 @@ from merit_repro.utils import UserError
 # Jobs that may share one GPU at most (each tries one lock file per place): scripts/mechanism_gpu.sh's bound too.
 MAX_CELLS_PER_GPU = 64
 MAX_GPUS = 64   # devices of one node
+DEVICE_ID = re.compile(r"[0-9]{1,3}|(GPU|MIG)-[0-9A-Za-z-]{1,64}")   # as CUDA_VISIBLE_DEVICES takes them
 
 
 def device_pool(scheduler=False):
@@ -43,7 +45,8 @@ def device_pool(scheduler=False):
     if not spec:
         return visible
     if spec.isdigit():
-        count = whole_count("MERIT_GPUS", spec, MAX_GPUS, "how many GPUs the cells share, or their ids with commas")
+        count = whole_count("MERIT_GPUS", spec, MAX_GPUS, "how many GPUs the cells share, or their ids with commas "
+                            "(device 0 alone: MERIT_GPUS=0,)")
         if visible is not None and count > len(visible):
             raise UserError(f"MERIT_GPUS={spec} asks for more GPUs than CUDA_VISIBLE_DEVICES={','.join(visible)} "
                             "allows; lower MERIT_GPUS or widen CUDA_VISIBLE_DEVICES")
@@ -52,6 +55,11 @@ def device_pool(scheduler=False):
     if len(ids) > MAX_GPUS:
         raise UserError(f"MERIT_GPUS names {len(ids)} devices, more than a node holds (at most {MAX_GPUS}): name the "
                         "devices the cells share, with commas")
+    odd = [f"names {i!r}, not a device" for i in ids if not DEVICE_ID.fullmatch(i)]
+    odd += [f"names {i!r} twice" for i in ids if ids.count(i) > 1] + ([] if ids else ["names no device"])
+    if odd:
+        raise UserError(f"MERIT_GPUS={spec!r} {odd[0]}: give device numbers (or GPU-/MIG- UUIDs) once each, with "
+                        "commas, e.g. MERIT_GPUS=0,1, or a count")
     outside = [i for i in ids if visible is not None and i not in visible]
     if outside:
         raise UserError(f"MERIT_GPUS={spec} names devices {','.join(outside)} outside CUDA_VISIBLE_DEVICES="

@@ -6,6 +6,7 @@ device, compile) do not change the result beyond floating-point order.
 """
 
 import math
+import sys
 import types
 import typing
 from dataclasses import asdict, dataclass, field, fields
@@ -157,6 +158,9 @@ class CellConfig:
             value = getattr(self, f.name)
             if isinstance(value, float) and not math.isfinite(value):
                 problems.append((f.name, f"{f.name}={value} must be a finite number"))
+            elif isinstance(value, int) and abs(value) > sys.float_info.max:   # it would overflow where it meets one
+                problems.append((f.name, f"{f.name}, a number of {len(str(abs(value)))} digits, is larger than a "
+                                         "float holds: give a number that a run could take"))
         if problems:
             return problems
         check(self.model in MODEL_SIZES, "model", f"{self.model!r} is unknown; known models: {', '.join(MODEL_SIZES)}")
