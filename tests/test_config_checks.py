@@ -248,7 +248,10 @@ def test_settings_that_do_nothing_or_cannot_work_are_refused_before_any_job(edit
 def test_the_shortest_job_limit_a_chain_of_jobs_uses_passes():
     config = tiny_config()
     config.update(max_job_minutes=0.3, optimizers={"adamw": {"color": "C3"}})   # tests/test_cluster.py's limit
-    validate(config)
+    validate(config)   # raises ValueError, naming max_job_minutes, where a limit is too short
+    config.update(max_job_minutes=0.01)
+    with pytest.raises(ValueError, match="max_job_minutes=0.01 is shorter than a training job needs"):
+        validate(config)
 
 
 @pytest.mark.parametrize("path", sorted(str(p.relative_to(REPO)) for p in [*REPO.glob("config/*.yaml"),
