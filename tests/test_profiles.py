@@ -1,4 +1,4 @@
-"""The effective settings of each command the README documents, as Snakemake resolves them with its
+"""The effective settings of each command the README and docs/ document, as Snakemake resolves them with its
 profiles (no overrides here), and what the paper-scale SLURM plan asks the scheduler for."""
 
 import json
@@ -32,7 +32,8 @@ print(json.dumps({"executor": a.executor, "retries": a.retries, "latency_wait": 
 
 
 def effective(command):
-    assert command in (REPO / "README.md").read_text(), f"the README no longer documents {command!r}"
+    documented = "".join(p.read_text() for p in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))])
+    assert command in documented, f"neither the README nor docs/ documents {command!r} any more"
     r = subprocess.run([sys.executable, "-c", RESOLVE, *command.split()[1:]], cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout.splitlines()[-1])
@@ -171,7 +172,7 @@ def test_a_cell_that_asks_for_a_gpu_without_one_fails_within_seconds(tmp_path, g
 
 
 # conda's answers to the three questions Snakemake asks it before a dry run (channels cannot be reached from
-# these machines, so no environment is built here: see README, Cluster)
+# these machines, so no environment is built here: see docs/scaling.md, A SLURM cluster)
 CONDA_STUB = """#!/bin/sh
 case "$*" in
   "info --json") echo '{"conda_version": "24.7.1", "conda_prefix": "/nonexistent", "envs_dirs": [], "pkgs_dirs": [],
