@@ -1,4 +1,5 @@
-"""The checkout's src/ first, for pytest (pyproject's pythonpath) and for the processes tests start."""
+"""The checkout's src/ first, for pytest (pyproject's pythonpath) and for the processes tests start; the fixtures
+the test files share (the helpers they share are tests/helpers.py's and tests/synthetic.py's)."""
 import os
 from pathlib import Path
 
@@ -17,6 +18,17 @@ def data_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("data") / "shakespeare-bytes"
     prepare("shakespeare", "bytes", out)
     return out
+
+
+@pytest.fixture(scope="module")
+def warm_dir():
+    """A short private TMPDIR for these tests' warm trainer (a socket path must fit in 107 bytes)."""
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="mw-", dir="/tmp")
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 # The files that take minutes (SLURM polling, pip, whole workflows), first: with two workers each taking a file at a

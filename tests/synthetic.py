@@ -3,6 +3,9 @@ merit_repro.plan.tuning rounds, collected by the real table code, from a loss la
 
     paths = build(tmp_path, config, loss)            # loss(group, lr, seed) -> final val loss, None: diverged
     verdict = make_artifact(paths, config, "val_loss_vs_batch", "sweep")
+
+with the demo-like config and loss landscapes the report tests share (demo_config, landscape, CLEAR), and a results
+tree to bundle (make_tree, make_bundle).
 """
 
 import json
@@ -10,7 +13,7 @@ import math
 from pathlib import Path
 
 from merit_repro.plan import grid, tuning
-from merit_repro.report import tables
+from merit_repro.report import bundle, tables
 from merit_repro.report.artifacts import make, write_index
 from merit_repro.report.second_look import first_look
 from merit_repro.train.runfiles import MAL_COLUMNS, METRICS_COLUMNS
@@ -119,3 +122,113 @@ def make_report(paths, config, figures):
     write_index([Path(figures) / v["artifact"] / f"{v['experiment']}.json" for v in verdicts],
                 Path(figures) / "README.md", config)
     return verdicts
+
+
+# ---------------------------------------------------------------- a loss landscape and the demo's groups
+
+
+DATA = {"d": {"dataset": "shakespeare", "tokenizer": "bytes"}}
+
+
+GRID = {"adamw": [1.0e-3, 2.0e-3, 4.0e-3], "lamb": [4.0e-3, 8.0e-3, 1.6e-2], "merit": [4.0e-3, 8.0e-3, 1.6e-2]}
+
+
+BEST_LR = {"adamw": 2e-3, "lamb": 8e-3, "merit": 8e-3, "maxlamb": 8e-3, "merit_noclip": 8e-3}
+
+
+def demo_config(**experiments):
+    return {"data": DATA, "models": {"S": {"model": "demo-tiny", "data": "d", "paper_model": "gpt2-small"},
+                                     "S-qk": {"model": "demo-tiny", "qk_norm": True, "data": "d",
+                                              "paper_model": "gpt2-small"}},
+            "seeds": [0], "claim_seeds": [1, 2, 3], "tuning": {"max_extensions": 1},
+            "report": {"dpi": 30, "alpha": 0.05, "tolerance": 0.005, "target_tolerance": 0.05},
+            "experiments": experiments or {"sweep": sweep()}}
+
+
+def sweep(**changes):
+    return {"models": ["S"], "tokens": 65536, "optimizers": ["adamw", "lamb", "merit"], "batch_sizes": [8, 64],
+            "lr_grid": GRID, "paper": {"batch_sizes": {8: 128, 64: 1024}},
+            "artifacts": ["val_loss_vs_batch", "steps_to_target", "lr_sensitivity", "mal_tables"], **changes}
+
+
+# Each optimizer's own part of the seed noise (claim seeds 1, 2, 3; it sums to zero over them): runs at one seed
+# share most of their noise, as the trainer's do, but not all, so per-seed differences have a spread to test.
+WOBBLE = {"merit": (0, 0, 0), "adamw": (0, 1, -1), "lamb": (1, -1, 0), "maxlamb": (-1, 0, 1), "merit_noclip": (1, 0, -1)}
+
+
+# Another model is another initialisation: its own part too, so per-seed contrasts across models have a spread.
+MODEL_WOBBLE = {"S-qk": (1, -1, 0)}
+
+
+def landscape(base, noise=0.002, best_lr=None, diverged=()):
+    """loss = base[optimizer][batch] (or base[(model, optimizer)][batch]) + a bowl in log LR around the
+    optimizer's best LR + seed noise: claim seeds 1, 2, 3 have mean base + noise and sd about noise."""
+    best_lr = {**BEST_LR, **(best_lr or {})}
+
+    def loss(group, lr, seed):
+        if group.optimizer in diverged or (group.optimizer, lr, seed) in diverged:
+            return None
+        bowl = 0.05 * math.log(float(lr) / best_lr[group.optimizer]) ** 2
+        level = base.get((group.model, group.optimizer)) or base[group.optimizer]
+        own = 0.25 * noise * (WOBBLE.get(group.optimizer, (0, -1, 1))[(seed - 1 + int(group.batch)) % 3]
+                              + MODEL_WOBBLE.get(group.model, (0, 0, 0))[(seed - 1) % 3])
+        return level[group.batch] + bowl + noise * (seed - 1) + own
+    return loss
+
+
+CLEAR = {"adamw": {8: 2.60, 64: 3.30}, "lamb": {8: 2.62, 64: 3.20}, "merit": {8: 2.61, 64: 3.00}}
+
+
+# ---------------------------------------------------------------- a results tree to bundle
+
+
+BUNDLE_CONFIG = {"results": "results", "experiments": {"e": {"lr_grid": {"adamw": [1e-3, 2e-3]}}},
+                 "report": {"alpha": 0.05}}
+
+
+BUNDLE_GROUP = {"experiment": "e", "model": "T", "tokens": "4096", "optimizer": "adamw", "batch": 8}
+
+
+SUMMARY = {"status": "ok", "config": {"model": "demo-tiny", "optimizer": "adamw", "batch_size": 8, "tokens": 4096,
+                                      "seed": 0},
+           "model_config": {"n_layer": 2, "n_head": 2, "n_embd": 64, "block_size": 64, "vocab_size": 256},
+           "final_val_loss": 2.5, "best_val_loss": 2.5, "steps": 8, "planned_steps": 8, "tokens_per_s": 1000.0,
+           "train_seconds": 1.0}
+
+
+RUN_FILES = {"summary.json": json.dumps(SUMMARY), "eval.json": '{"val_loss": 2.5}',
+             "metrics.csv": "step,tokens,lr,train_loss,val_loss\n0,0,0.001,,5.5\n8,4096,0.001,2.6,2.5\n",
+             "mal.csv": "step,layer,head,mal\n8,1,1,0.5\n", "diagnostics.csv": "step,param,clip_fraction\n",
+             "train.log": "done\n"}
+
+
+def make_tree(root):
+    """A results tree as the workflow leaves it: one tuned group of two cells, its tables and corpus."""
+    results = root / "results"
+    cells = [{"lr": "1e-3", "seed": 0, "lr_origin": "configured", "seed_origin": "grid"},
+             {"lr": "2e-3", "seed": 0, "lr_origin": "configured", "seed_origin": "grid"}]
+    group_dir = results / "tuning/e/T/adamw/bs8"
+    group_dir.mkdir(parents=True)
+    table = [{"lr": c["lr"], "selection_loss": 2.5, "diverged_seeds": [], "disqualified": False} for c in cells]
+    decision = {"group": BUNDLE_GROUP, "cells": cells, "done": True, "best_lr": "1e-3", "at_edge": True,
+                "status": "ok", "extensions": [], "table": table}
+    (group_dir / "round0.json").write_text(json.dumps(decision))
+    (group_dir / "final.json").write_text(json.dumps(decision))
+    for c in cells:
+        run = results.parent / grid.Cell("T", "4096", "adamw", 8, c["lr"], c["seed"]).path(results.name)
+        run.mkdir(parents=True)
+        for name, text in RUN_FILES.items():
+            (run / name).write_text(text)
+        (run / "ckpt.pt").write_bytes(b"weights never go in")
+    (results / "data/d").mkdir(parents=True)
+    (results / "data/d/meta.json").write_text(json.dumps({"request": {"dataset": "x"}, "splits": {}}))
+    (results / "tables").mkdir()
+    (results / "tables/runs.csv").write_text("model,lr\nT,1e-3\n")
+    return results, {str(group_dir / "final.json"): decision}
+
+
+def make_bundle(tmp_path, name="b.tar.gz", config=BUNDLE_CONFIG):
+    results, decisions = make_tree(tmp_path / name.split(".")[0])
+    out = tmp_path / name
+    manifest = bundle.create(out, results, decisions, [results / "data/d"], config, "abc123", None)
+    return out, manifest

@@ -12,9 +12,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from test_train import cell_file, rows_written, run_cli
-from test_workflow import TINY as TINY_WORKFLOW
-from test_workflow import copy_workflow, dump_config, snakemake
+from helpers import WORKFLOW, cell_file, copy_workflow, dump_config, rows_written, run_cli, snakemake
 
 from merit_repro.data import batches
 from merit_repro.data.tokens import DataError, prepare
@@ -65,7 +63,7 @@ def test_a_truncated_checkpoint_names_the_file(tmp_path, data_dir):
 @pytest.mark.slow
 def test_the_dataset_string_never_reaches_a_shell(tmp_path):
     workdir = copy_workflow(tmp_path / "wf")
-    config = yaml.safe_load(TINY_WORKFLOW.read_text())
+    config = yaml.safe_load(WORKFLOW.read_text())
     config["data"]["shakespeare-bytes"]["dataset"] = "textfile:x || touch PWNED #"
     (tmp_path / "bad.yaml").write_text(dump_config(config))
     r = snakemake(workdir, "results/data/shakespeare-bytes/meta.json", config=tmp_path / "bad.yaml")
@@ -78,7 +76,7 @@ def test_the_dataset_string_never_reaches_a_shell(tmp_path):
 @pytest.mark.slow
 def test_paths_with_spaces(tmp_path):
     workdir = copy_workflow(tmp_path / "a folder with spaces")
-    config = yaml.safe_load(TINY_WORKFLOW.read_text())
+    config = yaml.safe_load(WORKFLOW.read_text())
     config.update(results="my results", figures="my figures", claim_seeds=[1])
     config["experiments"] = {"one": {"models": ["T"], "tokens": 2048, "optimizers": ["adamw"], "batch_sizes": [8],
                                      "lr_grid": {"adamw": [3.0e-3]}, "artifacts": ["lr_sensitivity"]}}
@@ -208,19 +206,19 @@ def test_cost_cli_errors(tmp_path):
     cost = [sys.executable, "-m", "merit_repro.plan.cost", "--configfile"]
     assert "missing.yaml" in one_error_line(subprocess.run(cost + [str(tmp_path / "missing.yaml")],
                                                             capture_output=True, text=True))
-    config = yaml.safe_load(TINY_WORKFLOW.read_text())
+    config = yaml.safe_load(WORKFLOW.read_text())
     config["experiments"]["sweep"]["lr_grid"]["adamw"] = [3e-3, -1.0]
     (tmp_path / "c.yaml").write_text(dump_config(config))
     line = one_error_line(subprocess.run(cost + [str(tmp_path / "c.yaml")], capture_output=True, text=True))
     assert "experiments.sweep.lr_grid.adamw[1]=-1.0 must be a number > 0" in line
-    line = one_error_line(subprocess.run(cost + [str(TINY_WORKFLOW), "--cores", "0"], capture_output=True, text=True))
+    line = one_error_line(subprocess.run(cost + [str(WORKFLOW), "--cores", "0"], capture_output=True, text=True))
     assert "--cores 0 must be > 0" in line
 
 
 def test_cost_from_a_gpu_check_errors(tmp_path):
     """--from-gpu-check: a file that is not JSON, JSON that is not a check's table, a table without the tokens/s of
     the config's largest model (a failed speed row is none)."""
-    cost = [sys.executable, "-m", "merit_repro.plan.cost", "--configfile", str(TINY_WORKFLOW), "--from-gpu-check"]
+    cost = [sys.executable, "-m", "merit_repro.plan.cost", "--configfile", str(WORKFLOW), "--from-gpu-check"]
     speed = {"part": 6, "check": "demo-tiny eager: tokens/s, MFU, peak GiB (3 steps of 4 x 64)", "limit": "finite loss"}
     files = {"table.txt": "part  result  check\n", "other.json": json.dumps({"rows": 3}),
              "no_rate.json": json.dumps({"device": "cpu", "rows": [
@@ -247,7 +245,7 @@ def test_an_optimizer_check_that_crashes_stops_the_workflow_in_one_line(tmp_path
     """A setting the optimizer's own class refuses with a RuntimeError (not a named hyperparameter problem): the
     preflight prints the exception line and where the whole traceback is, not a cut-off traceback."""
     workdir = copy_workflow(tmp_path / "wf")
-    config = yaml.safe_load(TINY_WORKFLOW.read_text())
+    config = yaml.safe_load(WORKFLOW.read_text())
     config["optimizers"]["adam2"] = {"class": "torch.optim.Adam", "fused": True, "foreach": True}
     config["experiments"]["sweep"]["optimizers"].append("adam2")
     config["experiments"]["sweep"]["lr_grid"]["adam2"] = [1e-3]
@@ -264,7 +262,7 @@ def test_an_optimizer_check_that_crashes_stops_the_workflow_in_one_line(tmp_path
 def test_the_cost_tool_never_prices_from_an_impossible_rate(tmp_path):
     """A non-finite or physically impossible rate, MFU or core count is refused in one line naming the flag: a cost
     computed from it would print 0 GPU-hours."""
-    cost = [sys.executable, "-m", "merit_repro.plan.cost", "--configfile", str(TINY_WORKFLOW)]
+    cost = [sys.executable, "-m", "merit_repro.plan.cost", "--configfile", str(WORKFLOW)]
     check = tmp_path / "check.json"
     check.write_text(json.dumps({"device": "gpu", "rows": [
         {"part": 6, "check": "demo-tiny eager: tokens/s, MFU, peak GiB", "value": "9" * 400 + ", 1%, 2",

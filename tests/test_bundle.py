@@ -15,56 +15,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from synthetic import BUNDLE_CONFIG, make_bundle, make_tree
 
-from merit_repro.plan.grid import Cell
 from merit_repro.report import bundle
 from merit_repro.utils import UserError
-
-CONFIG = {"results": "results", "experiments": {"e": {"lr_grid": {"adamw": [1e-3, 2e-3]}}}, "report": {"alpha": 0.05}}
-GROUP = {"experiment": "e", "model": "T", "tokens": "4096", "optimizer": "adamw", "batch": 8}
-
-
-SUMMARY = {"status": "ok", "config": {"model": "demo-tiny", "optimizer": "adamw", "batch_size": 8, "tokens": 4096,
-                                      "seed": 0},
-           "model_config": {"n_layer": 2, "n_head": 2, "n_embd": 64, "block_size": 64, "vocab_size": 256},
-           "final_val_loss": 2.5, "best_val_loss": 2.5, "steps": 8, "planned_steps": 8, "tokens_per_s": 1000.0,
-           "train_seconds": 1.0}
-RUN_FILES = {"summary.json": json.dumps(SUMMARY), "eval.json": '{"val_loss": 2.5}',
-             "metrics.csv": "step,tokens,lr,train_loss,val_loss\n0,0,0.001,,5.5\n8,4096,0.001,2.6,2.5\n",
-             "mal.csv": "step,layer,head,mal\n8,1,1,0.5\n", "diagnostics.csv": "step,param,clip_fraction\n",
-             "train.log": "done\n"}
-
-
-def make_tree(root):
-    """A results tree as the workflow leaves it: one tuned group of two cells, its tables and corpus."""
-    results = root / "results"
-    cells = [{"lr": "1e-3", "seed": 0, "lr_origin": "configured", "seed_origin": "grid"},
-             {"lr": "2e-3", "seed": 0, "lr_origin": "configured", "seed_origin": "grid"}]
-    group_dir = results / "tuning/e/T/adamw/bs8"
-    group_dir.mkdir(parents=True)
-    table = [{"lr": c["lr"], "selection_loss": 2.5, "diverged_seeds": [], "disqualified": False} for c in cells]
-    decision = {"group": GROUP, "cells": cells, "done": True, "best_lr": "1e-3", "at_edge": True, "status": "ok",
-                "extensions": [], "table": table}
-    (group_dir / "round0.json").write_text(json.dumps(decision))
-    (group_dir / "final.json").write_text(json.dumps(decision))
-    for c in cells:
-        run = results.parent / Cell("T", "4096", "adamw", 8, c["lr"], c["seed"]).path(results.name)
-        run.mkdir(parents=True)
-        for name, text in RUN_FILES.items():
-            (run / name).write_text(text)
-        (run / "ckpt.pt").write_bytes(b"weights never go in")
-    (results / "data/d").mkdir(parents=True)
-    (results / "data/d/meta.json").write_text(json.dumps({"request": {"dataset": "x"}, "splits": {}}))
-    (results / "tables").mkdir()
-    (results / "tables/runs.csv").write_text("model,lr\nT,1e-3\n")
-    return results, {str(group_dir / "final.json"): decision}
-
-
-def make_bundle(tmp_path, name="b.tar.gz", config=CONFIG):
-    results, decisions = make_tree(tmp_path / name.split(".")[0])
-    out = tmp_path / name
-    manifest = bundle.create(out, results, decisions, [results / "data/d"], config, "abc123", None)
-    return out, manifest
 
 
 def rewrite(path, edit):
@@ -84,7 +38,7 @@ def test_a_bundle_holds_the_small_files_and_the_same_runs_give_the_same_bytes(tm
     assert "data/d/meta.json" in names and "tables/runs.csv" in names and bundle.CONFIG in names
     assert not any(n.endswith(".pt") for n in names)
     assert manifest["schema"] == bundle.SCHEMA_VERSION and manifest["commit"] == "abc123"
-    assert manifest["config"] == CONFIG and set(manifest["data"]) == {"data/d"}
+    assert manifest["config"] == BUNDLE_CONFIG and set(manifest["data"]) == {"data/d"}
     with gzip.open(first) as gz:   # no time or owner of its own in the members
         assert {(m.mtime, m.uid, m.uname) for m in tarfile.open(fileobj=io.BytesIO(gz.read()))} == {(0, 0, "")}
 
@@ -93,7 +47,7 @@ def test_an_unfinished_run_is_not_bundled(tmp_path):
     results, decisions = make_tree(tmp_path)
     (results / "runs/T/4096/adamw/bs8/lr2e-3/seed0/mal.csv").unlink()
     with pytest.raises(UserError, match="lr2e-3/seed0 lacks mal.csv: a bundle holds finished runs only"):
-        bundle.create(tmp_path / "b.tar.gz", results, decisions, [], CONFIG, "abc", None)
+        bundle.create(tmp_path / "b.tar.gz", results, decisions, [], BUNDLE_CONFIG, "abc", None)
 
 
 def test_a_tampered_file_is_refused_naming_it(tmp_path, capsys):
@@ -138,8 +92,9 @@ def test_not_a_bundle_is_named(tmp_path):
 
 def test_another_config_is_refused_naming_what_differs(tmp_path):
     path, _ = make_bundle(tmp_path)
-    assert bundle.check_for_rebuild(path, {**CONFIG, "results": "elsewhere", "bundle": str(path)})["commit"] == "abc123"
-    other = {**CONFIG, "experiments": {"e": {"lr_grid": {"adamw": [1e-3, 4e-3]}}}, "seeds": [0, 1]}
+    rebuilt = bundle.check_for_rebuild(path, {**BUNDLE_CONFIG, "results": "elsewhere", "bundle": str(path)})
+    assert rebuilt["commit"] == "abc123"
+    other = {**BUNDLE_CONFIG, "experiments": {"e": {"lr_grid": {"adamw": [1e-3, 4e-3]}}}, "seeds": [0, 1]}
     with pytest.raises(UserError, match=r"another config than the one asked for: experiments.e.lr_grid.adamw is "
                                         r"\[0.001, 0.002\] there, \[0.001, 0.004\] here; seeds is only here"):
         bundle.check_for_rebuild(path, other)
@@ -279,7 +234,7 @@ def test_inspect_config_prints_the_manifests_config_as_data_without_locations(tm
     forge(path, relocate)
     assert bundle.main(["inspect", str(path), "--config"]) == 0
     printed = yaml.safe_load(capsys.readouterr().out)
-    assert printed == {k: v for k, v in CONFIG.items() if k != "results"}   # no key that says where to write
+    assert printed == {k: v for k, v in BUNDLE_CONFIG.items() if k != "results"}   # no key that says where to write
 
     def template(files, manifest):
         manifest["config"] = {**manifest["config"], "__use_yte__": True}
@@ -371,7 +326,7 @@ def test_a_bundle_whose_records_hold_values_of_other_kinds_is_one_error_line(tmp
     assert err.count("\n") == 1 and err.startswith("error: ") and "verifies, but its records" in err, err
     assert message in err, err
     with pytest.raises(UserError, match=re.escape(message)):
-        bundle.check_for_rebuild(path, CONFIG)
+        bundle.check_for_rebuild(path, BUNDLE_CONFIG)
     with pytest.raises(UserError):
         bundle.unpack(path, tmp_path / "into")
     assert not (tmp_path / "into").exists()
@@ -446,7 +401,7 @@ def test_a_full_disk_while_packing_is_one_error_line_and_leaves_nothing(tmp_path
     monkeypatch.setattr(tarfile.TarFile, "addfile", fills_up)
     with pytest.raises(UserError, match=f"cannot write the bundle {re.escape(str(out))}: No space left on device; "
                                         "free space there"):
-        bundle.create(out, results, decisions, [results / "data/d"], CONFIG, "abc", None)
+        bundle.create(out, results, decisions, [results / "data/d"], BUNDLE_CONFIG, "abc", None)
     assert list(out.parent.iterdir()) == []   # neither the bundle nor its temporary file
 
 
@@ -463,7 +418,7 @@ os.fsync = no_space
 snakemake = types.SimpleNamespace(
     log=[{str(log)!r}], output=[{str(out)!r}],
     input=types.SimpleNamespace(decisions={list(decisions)!r}, data=[{str(results / "data/d/meta.json")!r}]),
-    params=types.SimpleNamespace(results={str(results)!r}, config={CONFIG!r}, lock=None))
+    params=types.SimpleNamespace(results={str(results)!r}, config={BUNDLE_CONFIG!r}, lock=None))
 runpy.run_path({str(script)!r}, init_globals={{"snakemake": snakemake}}, run_name="__main__")
 """
     r = subprocess.run([sys.executable, "-c", driver], capture_output=True, text=True, timeout=120)

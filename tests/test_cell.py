@@ -4,7 +4,7 @@ import json
 import time
 
 import pytest
-from run_helpers import tiny_config
+from helpers import tiny_config
 
 from merit_repro.plan.cell import CellConfig, load_cell_config, result_config
 from merit_repro.plan.validate import validate

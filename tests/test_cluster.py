@@ -15,8 +15,7 @@ import time
 import pandas as pd
 import pytest
 import yaml
-from test_train import slow_trainer_env
-from test_workflow import REPO, TINY, copy_workflow, dump_config
+from helpers import REPO, WORKFLOW, copy_workflow, dump_config, slow_trainer_env
 
 from merit_repro.train.runfiles import TIMING_COLUMNS
 from merit_repro.utils import UserError
@@ -157,7 +156,7 @@ def read_metrics(path):
 @pytest.mark.slurm
 @pytest.mark.slow
 def test_slurm_profile_gives_the_same_outputs_as_a_local_run(slurm, tmp_path):
-    config = yaml.safe_load(TINY.read_text())
+    config = yaml.safe_load(WORKFLOW.read_text())
     config["experiments"] = {"sweep": config["experiments"]["sweep"]}
     local = workflow_dir(tmp_path, "local", config)
     cluster = workflow_dir(tmp_path, "cluster", config)
@@ -185,7 +184,7 @@ def test_a_signalled_job_saves_a_slow_checkpoint_is_retried_and_resumes_to_ident
     which snakemake-executor-plugin-slurm 2.8.0 does not count as failed: see docs/scaling.md, A SLURM cluster. SIGKILL mid-step is
     covered by test_train.)"""
     save_seconds = 8
-    config = yaml.safe_load(TINY.read_text())
+    config = yaml.safe_load(WORKFLOW.read_text())
     config["models"]["T"]["gpus"] = 1  # asks SLURM for a (fake) GPU: --gpus=1 ...
     config["cell_defaults"].update(checkpoint_every=10**6, device="cpu")   # ... trains on the CPU, on purpose,
     config["experiments"] = {"one": {"models": ["T"], "tokens": 32 * 8 * 80, "optimizers": ["merit"],   # and saves
@@ -235,7 +234,7 @@ def test_a_cell_longer_than_its_job_limit_completes_through_a_chain_of_jobs(slur
     of the cell's 300 steps takes 40 ms longer (the numbers stay the same), so the cell needs at least 12 s of
     training whatever the machine: two jobs at least, more where start-up is slow (20 retries leave room for a
     machine three times slower). The uninterrupted run, local, takes its steps at full speed (about 2 s)."""
-    config = yaml.safe_load(TINY.read_text())
+    config = yaml.safe_load(WORKFLOW.read_text())
     config["cell_defaults"].update(checkpoint_every=10**6)   # only the time budget makes checkpoints here
     config["experiments"] = {"one": {"models": ["T"], "tokens": 32 * 8 * 300, "optimizers": ["merit"],
                                      "batch_sizes": [8], "lr_grid": {"merit": [5e-3]}, "artifacts": []}}

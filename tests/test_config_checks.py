@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from run_helpers import SCHEMA, cli_error, tiny_config
-from test_train import TINY, cell_file, in_process_run, launch, run_cli, warm_dir  # noqa: F401 (a fixture)
+from helpers import CELL, SCHEMA, cell_file, cli_error, tiny_config
 
 from merit_repro.config import configfiles
 from merit_repro.plan.cell import CellConfig
@@ -135,7 +134,7 @@ def test_the_schema_names_each_bad_key_in_one_line(edit, message):
      "n_embd=66 gives heads of 33 dimensions with n_head=2; rotary"),
 ])
 def test_a_cell_names_each_bad_shape_and_number(overrides, message):
-    problems = CellConfig.from_dict({**TINY, **overrides}).problems()
+    problems = CellConfig.from_dict({**CELL, **overrides}).problems()
     assert [m for _, m in problems] == [message] or any(m.startswith(message) for _, m in problems), problems
 
 
@@ -190,12 +189,12 @@ def test_a_cell_file_with_a_duplicate_key_is_refused(tmp_path, capsys):
 
 
 def test_the_cost_tool_reads_a_config_as_the_workflow_does(tmp_path, capsys):
-    from test_workflow import TINY as TINY_WORKFLOW
+    from helpers import WORKFLOW
 
     from merit_repro.plan import cost
 
     bad = tmp_path / "bad.yaml"
-    bad.write_text(TINY_WORKFLOW.read_text().replace("results: results", "results: res{model}"))
+    bad.write_text(WORKFLOW.read_text().replace("results: results", "results: res{model}"))
     line = cli_error(cost.main, ["--configfile", str(bad)], capsys)
     assert "results: 'res{model}' does not match" in line
 

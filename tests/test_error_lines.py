@@ -9,8 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from run_helpers import cli_error
-from test_train import TINY, cell_file, in_process_run, launch, run_cli, warm_dir  # noqa: F401 (a fixture)
+from helpers import CELL, cell_file, cli_error, in_process_run, launch
 
 from merit_repro.data import __main__ as data_cli
 from merit_repro.train import loop
@@ -79,7 +78,7 @@ def test_launch_with_gpus_on_a_machine_without_them_is_one_line(tmp_path, data_d
 
     if torch.cuda.device_count() >= 2:
         pytest.skip("this machine has the GPUs")
-    cell = json.dumps({**TINY, "data_dir": str(data_dir)})
+    cell = json.dumps({**CELL, "data_dir": str(data_dir)})
     env = {k: v for k, v in os.environ.items() if k not in ("MERIT_GPUS", "CUDA_VISIBLE_DEVICES", "SLURM_JOB_ID")}
     r = subprocess.run([sys.executable, "-m", "merit_repro.launch", "--cell", cell, "--out", str(tmp_path / "run"),
                         "--gpus", "2"], capture_output=True, text=True, env=env)
@@ -159,7 +158,7 @@ def test_in_process_runs_still_train(tmp_path, data_dir):
                                      "runs/T/4096/adamw/bs8/lr1e-3/seed0/eval.json"])
 def test_a_merge_onto_a_file_where_a_run_goes_writes_nothing(tmp_path, capsys, blocker):
     """A file where a run's folder goes (or a folder where its file goes): refused before origin/ is written."""
-    from test_bundle import make_bundle
+    from synthetic import make_bundle
 
     from merit_repro.report import bundle
 

@@ -7,8 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from run_helpers import cli_error
-from test_train import cell_file, run_cli
+from helpers import cell_file, cli_error, run_cli
 
 from merit_repro.evals.export import main
 from merit_repro.evals.runmodel import load_run

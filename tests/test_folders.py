@@ -254,11 +254,11 @@ def test_default_configs_keep_results_and_figures_apart():
 
 @pytest.mark.slow
 def test_figures_in_a_folder_with_a_readme_are_refused_before_any_job(tmp_path):
-    from test_workflow import TINY, copy_workflow
+    from helpers import WORKFLOW, copy_workflow
 
     workdir = copy_workflow(tmp_path / "wf")
     readme = make(workdir / "notes", "README.md") / "README.md"
-    cmd = [sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--configfile", str(TINY),
+    cmd = [sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--configfile", str(WORKFLOW),
            "--config", "figures=notes"]
     r = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True)
     lines = [line for line in (r.stdout + r.stderr).splitlines() if "README.md" in line]
@@ -272,11 +272,11 @@ def test_figures_in_a_folder_with_a_readme_are_refused_before_any_job(tmp_path):
 def test_the_refusals_advice_works_as_printed(tmp_path):
     """The refusal of a folder holding a user's notes advises --config adopt_folders=True: given to Snakemake as
     printed, the dry run goes on and the notes stay."""
-    from test_workflow import TINY, copy_workflow
+    from helpers import WORKFLOW, copy_workflow
 
     workdir = copy_workflow(tmp_path / "wf")
     notes = make(workdir / "results", "notes.txt") / "notes.txt"
-    cmd = [sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--configfile", str(TINY)]
+    cmd = [sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--configfile", str(WORKFLOW)]
     refused = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True)
     (line,) = [line for line in (refused.stdout + refused.stderr).splitlines() if "notes.txt" in line]
     advice = re.search(r"\((--config \S+)\)$", line)

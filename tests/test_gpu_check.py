@@ -199,7 +199,7 @@ def test_a_host_sync_in_a_step_fails_the_check(monkeypatch):
 @pytest.mark.slow
 def test_the_compiled_steps_compile_match_the_eager_ones_and_are_timed():
     """Part 4 with torch.compile (on CUDA unless --quick; here on the CPU's tiny model): a row per compiled step."""
-    from test_optim import inductor_builds
+    from helpers import inductor_builds
 
     inductor_builds()
     plan = common.Plan.cpu()

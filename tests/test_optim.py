@@ -6,6 +6,7 @@ import sys
 import pytest
 import torch
 import yaml
+from helpers import inductor_builds
 
 from merit_repro.gpu_check.optim_reference import reference_step, variants
 from merit_repro.models import GPT, GPTConfig
@@ -215,14 +216,6 @@ def test_step_sets_no_attribute_on_the_optimizer(name, foreach, track_diagnostic
     assert len(opt.diagnostics) == (len(params) if track_diagnostics else 0)
 
 
-def inductor_builds():
-    """Skips the test unless inductor builds its C++ kernels here (a compiler it can use)."""
-    try:
-        torch.compile(lambda x: x + 1)(torch.ones(2))
-    except Exception as err:
-        pytest.skip(f"inductor cannot build its C++ kernels here: {type(err).__name__}: {str(err)[:200]}")
-
-
 @pytest.fixture(scope="module")
 def inductor():
     inductor_builds()
@@ -339,16 +332,16 @@ print(json.dumps({"torch": "torch" in sys.modules, "settings": optimizer_setting
 def test_the_config_check_imports_no_torch_and_the_optimizer_check_names_a_bad_setting():
     """Parsing the workflow checks the config without torch; the optimizer settings it lists are built when a
     run starts (merit_repro.optim.check), and a mistyped hyperparameter is named by its key path."""
-    from test_workflow import REPO, TINY
+    from helpers import REPO, WORKFLOW
 
     from merit_repro.optim.check import problems
 
-    run = subprocess.run([sys.executable, "-c", CHECK_WITHOUT_TORCH, str(TINY)], cwd=REPO, capture_output=True,
+    run = subprocess.run([sys.executable, "-c", CHECK_WITHOUT_TORCH, str(WORKFLOW)], cwd=REPO, capture_output=True,
                          text=True)
     assert run.returncode == 0, run.stderr[-2000:]
     out = json.loads(run.stdout)
     assert out["torch"] is False
-    used = {opt for exp in yaml.safe_load(TINY.read_text())["experiments"].values() for opt in exp["optimizers"]}
+    used = {opt for exp in yaml.safe_load(WORKFLOW.read_text())["experiments"].values() for opt in exp["optimizers"]}
     assert {s["optimizer"] for s in out["settings"]} == used
     [problem] = problems(out["settings"])
     assert problem.startswith("optimizers.adamw: Bad hyperparameter") and "(in experiments." in problem, problem

@@ -225,7 +225,7 @@ def test_an_installed_packages_optimizer_is_tuned_tabled_drawn_compared_and_bund
     cells carry their package and version, the tables, a figure and claims.csv name them (a family apart from the
     paper's statements); the bundle of those runs, with the config they trained with, rebuilds the report on a
     machine without the package."""
-    from test_workflow import copy_workflow, dump_config, edited, snakemake
+    from helpers import copy_workflow, dump_config, edited, snakemake
 
     site = tmp_path / "site"   # the package installed where this test alone sees it: the rebuild runs without it
     package = shutil.copytree(REPO / "examples" / "signum_optimizer", tmp_path / "package")   # its build stays here

@@ -7,11 +7,10 @@ import shutil
 import subprocess
 import sys
 import zipfile
-from pathlib import Path
 
 import pytest
 import torch
-from test_workflow import REPO
+from helpers import REPO
 
 PIPELINE_ONLY = {"pyyaml", "pandas", "scipy", "matplotlib", "snakemake", "jsonschema", "tiktoken", "datasets",
                  "tokenizers", "tqdm", "lm-eval", "transformers", "accelerate"}

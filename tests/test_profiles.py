@@ -9,7 +9,7 @@ import sys
 from types import SimpleNamespace
 
 import pytest
-from test_workflow import REPO
+from helpers import REPO
 
 DEMO = "snakemake --cores 2"
 CLUSTER = "snakemake --configfile config/paper.yaml --workflow-profile profiles/slurm"
@@ -159,9 +159,9 @@ def test_a_cell_that_asks_for_a_gpu_without_one_fails_within_seconds(tmp_path, g
 
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is visible here")
-    from test_train import TINY
+    from helpers import CELL
 
-    cell = {**TINY, "data_dir": str(tmp_path / "no-data")}
+    cell = {**CELL, "data_dir": str(tmp_path / "no-data")}
     start = time.time()
     r = subprocess.run([sys.executable, "-m", "merit_repro.launch", "--cell", json.dumps(cell), "--out",
                         str(tmp_path / "run"), "--gpus", str(gpus)], capture_output=True, text=True,

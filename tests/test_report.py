@@ -2,58 +2,12 @@
 ways and inconclusive, seeds, grid extensions, the paper's numbers at paper scale, claims.csv."""
 
 import copy
-import math
 
 import pandas as pd
 import pytest
-from synthetic import build, make_artifact, make_report
+from synthetic import CLEAR, DATA, GRID, WOBBLE, build, demo_config, landscape, make_artifact, make_report, sweep
 
 from merit_repro.report.artifacts.index import CLAIM_COLUMNS
-
-DATA = {"d": {"dataset": "shakespeare", "tokenizer": "bytes"}}
-GRID = {"adamw": [1.0e-3, 2.0e-3, 4.0e-3], "lamb": [4.0e-3, 8.0e-3, 1.6e-2], "merit": [4.0e-3, 8.0e-3, 1.6e-2]}
-BEST_LR = {"adamw": 2e-3, "lamb": 8e-3, "merit": 8e-3, "maxlamb": 8e-3, "merit_noclip": 8e-3}
-
-
-def demo_config(**experiments):
-    return {"data": DATA, "models": {"S": {"model": "demo-tiny", "data": "d", "paper_model": "gpt2-small"},
-                                     "S-qk": {"model": "demo-tiny", "qk_norm": True, "data": "d",
-                                              "paper_model": "gpt2-small"}},
-            "seeds": [0], "claim_seeds": [1, 2, 3], "tuning": {"max_extensions": 1},
-            "report": {"dpi": 30, "alpha": 0.05, "tolerance": 0.005, "target_tolerance": 0.05},
-            "experiments": experiments or {"sweep": sweep()}}
-
-
-def sweep(**changes):
-    return {"models": ["S"], "tokens": 65536, "optimizers": ["adamw", "lamb", "merit"], "batch_sizes": [8, 64],
-            "lr_grid": GRID, "paper": {"batch_sizes": {8: 128, 64: 1024}},
-            "artifacts": ["val_loss_vs_batch", "steps_to_target", "lr_sensitivity", "mal_tables"], **changes}
-
-
-# Each optimizer's own part of the seed noise (claim seeds 1, 2, 3; it sums to zero over them): runs at one seed
-# share most of their noise, as the trainer's do, but not all, so per-seed differences have a spread to test.
-WOBBLE = {"merit": (0, 0, 0), "adamw": (0, 1, -1), "lamb": (1, -1, 0), "maxlamb": (-1, 0, 1), "merit_noclip": (1, 0, -1)}
-# Another model is another initialisation: its own part too, so per-seed contrasts across models have a spread.
-MODEL_WOBBLE = {"S-qk": (1, -1, 0)}
-
-
-def landscape(base, noise=0.002, best_lr=None, diverged=()):
-    """loss = base[optimizer][batch] (or base[(model, optimizer)][batch]) + a bowl in log LR around the
-    optimizer's best LR + seed noise: claim seeds 1, 2, 3 have mean base + noise and sd about noise."""
-    best_lr = {**BEST_LR, **(best_lr or {})}
-
-    def loss(group, lr, seed):
-        if group.optimizer in diverged or (group.optimizer, lr, seed) in diverged:
-            return None
-        bowl = 0.05 * math.log(float(lr) / best_lr[group.optimizer]) ** 2
-        level = base.get((group.model, group.optimizer)) or base[group.optimizer]
-        own = 0.25 * noise * (WOBBLE.get(group.optimizer, (0, -1, 1))[(seed - 1 + int(group.batch)) % 3]
-                              + MODEL_WOBBLE.get(group.model, (0, 0, 0))[(seed - 1) % 3])
-        return level[group.batch] + bowl + noise * (seed - 1) + own
-    return loss
-
-
-CLEAR = {"adamw": {8: 2.60, 64: 3.30}, "lamb": {8: 2.62, 64: 3.20}, "merit": {8: 2.61, 64: 3.00}}
 
 
 def verdict(tmp_path, config, loss, artifact="val_loss_vs_batch", experiment="sweep", **kw):

@@ -8,8 +8,16 @@ import re
 import shutil
 
 import pytest
-from run_helpers import cli_error, prepare_again, private_copy, result_keys, tiny_config, trained_on_a_copy
-from test_train import TINY, cell_file, in_process_run, launch, run_cli, warm_dir  # noqa: F401 (a fixture)
+from helpers import (
+    cell_file,
+    cli_error,
+    prepare_again,
+    private_copy,
+    result_keys,
+    run_cli,
+    tiny_config,
+    trained_on_a_copy,
+)
 
 from merit_repro.data import __main__ as data_cli
 from merit_repro.data import tokens

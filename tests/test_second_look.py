@@ -6,9 +6,8 @@ import copy
 import json
 
 import pytest
-from run_helpers import tiny_config
-from synthetic import PAPER_NUMBERS, build, look_twice
-from test_report import CLEAR, demo_config, landscape
+from helpers import tiny_config
+from synthetic import CLEAR, PAPER_NUMBERS, build, demo_config, landscape, look_twice
 
 from merit_repro.plan import grid, tuning
 from merit_repro.plan.tuning import write_json

@@ -9,9 +9,7 @@ import sys
 
 import pytest
 import yaml
-from test_train import TINY, cell_file
-from test_workflow import TINY as WORKFLOW_CONFIG
-from test_workflow import copy_workflow, dump_config, snakemake
+from helpers import CELL, WORKFLOW, cell_file, copy_workflow, dump_config, snakemake
 
 from merit_repro.config import configfiles
 from merit_repro.train import tracking
@@ -42,7 +40,7 @@ def test_tensorboard_holds_every_row_of_the_csvs_across_a_stop_and_its_resumptio
     monkeypatch.setenv(tracking.ENV, '{"backend": "tensorboard"}')
     closed, close = [], tracking.TensorBoard.close
     monkeypatch.setattr(tracking.TensorBoard, "close", lambda self: (closed.append(self), close(self)))
-    cfg = CellConfig.from_dict({**TINY, "data_dir": str(data_dir), "device": "cpu", "tokens": 8 * 32 * 12,
+    cfg = CellConfig.from_dict({**CELL, "data_dir": str(data_dir), "device": "cpu", "tokens": 8 * 32 * 12,
                                 "eval_every": 4, "mal_every": 4}).validate()
     out = tmp_path / "run"
     with pytest.raises(Stop) as stop:
@@ -123,7 +121,7 @@ def test_the_trainer_run_by_hand_reads_the_variable_and_fails_before_training(tm
 
 
 def test_the_schema_refuses_an_unknown_backend_with_its_choices():
-    config = yaml.safe_load(WORKFLOW_CONFIG.read_text())
+    config = yaml.safe_load(WORKFLOW.read_text())
     config["tracking"] = {"backend": "mlflow"}
     with pytest.raises(UserError, match=r"tracking.backend: 'mlflow' is not one of \['none', 'tensorboard', 'wandb', "
                                         r"'trackio'\] \(where the rows also go"):
@@ -135,7 +133,7 @@ def test_the_schema_refuses_an_unknown_backend_with_its_choices():
 
 # ---------------------------------------------------------------- through the workflow, on its smallest config
 
-CELL = "results/runs/T/4096/adamw/bs8/lr3e-3/seed{seed}"
+RUN_PATH = "results/runs/T/4096/adamw/bs8/lr3e-3/seed{seed}"
 ON = ("--config", "tracking={backend: tensorboard}")
 
 
@@ -143,37 +141,37 @@ ON = ("--config", "tracking={backend: tensorboard}")
 def one_cell(tmp_path_factory):
     """A copy of the workflow that has trained one cell (seed 0) without tracking."""
     tmp = tmp_path_factory.mktemp("wf")
-    config = yaml.safe_load(WORKFLOW_CONFIG.read_text())
+    config = yaml.safe_load(WORKFLOW.read_text())
     config["experiments"] = {"one": {"models": ["T"], "tokens": 4096, "optimizers": ["adamw"], "batch_sizes": [8],
                                      "lr_grid": {"adamw": [3.0e-3]}}}
     path = tmp / "one.yaml"
     path.write_text(dump_config(config))
     workdir = copy_workflow(tmp / "wf")
-    r = snakemake(workdir, f"{CELL.format(seed=0)}/summary.json", config=path)
+    r = snakemake(workdir, f"{RUN_PATH.format(seed=0)}/summary.json", config=path)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert not (workdir / CELL.format(seed=0) / "tensorboard").exists()
+    assert not (workdir / RUN_PATH.format(seed=0) / "tensorboard").exists()
     return workdir, path
 
 
 @pytest.mark.slow
 def test_switching_tracking_on_retrains_nothing_and_reaches_the_trainers(one_cell):
     workdir, config = one_cell
-    target = f"{CELL.format(seed=0)}/summary.json"
+    target = f"{RUN_PATH.format(seed=0)}/summary.json"
     r = snakemake(workdir, "-n", target, *ON, config=config)
     assert r.returncode == 0 and "Nothing to be done" in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]
-    other = f"{CELL.format(seed=1)}/summary.json"   # trained with tracking on: the variable reaches the job
+    other = f"{RUN_PATH.format(seed=1)}/summary.json"   # trained with tracking on: the variable reaches the job
     r = snakemake(workdir, other, *ON, config=config)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert list((workdir / CELL.format(seed=1) / "tensorboard").glob("events.out.tfevents.*"))
+    assert list((workdir / RUN_PATH.format(seed=1) / "tensorboard").glob("events.out.tfevents.*"))
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("trackio") is not None, reason="trackio is installed here")
 def test_a_backend_that_is_not_installed_stops_the_workflow_before_any_job(one_cell):
     workdir, config = one_cell
-    r = snakemake(workdir, f"{CELL.format(seed=2)}/summary.json", "--config", "tracking={backend: trackio}",
+    r = snakemake(workdir, f"{RUN_PATH.format(seed=2)}/summary.json", "--config", "tracking={backend: trackio}",
                   config=config)
     out = r.stdout + r.stderr
     assert r.returncode != 0 and "Traceback" not in out, out[-3000:]
     assert "tracking backend trackio needs the trackio package, which is not installed: pip install trackio" in out
-    assert not (workdir / CELL.format(seed=2)).exists()
+    assert not (workdir / RUN_PATH.format(seed=2)).exists()

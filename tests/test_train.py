@@ -1,4 +1,3 @@
-import csv
 import math
 import os
 import signal
@@ -8,45 +7,9 @@ import time
 
 import pytest
 import yaml
+from helpers import CELL, cell_file, in_process_run, kill_after_rows, launch, read_rows, run_cli, slow_trainer_env
 
 from merit_repro.data.tokens import prepare
-from merit_repro.train.runfiles import TIMING_COLUMNS
-
-TINY = dict(model="demo-tiny", block_size=32, batch_size=8, tokens=8 * 32 * 40, eval_every=10, mal_every=10,
-            eval_tokens=2048, mal_batch=2, checkpoint_every=3, lr=3e-3)
-
-
-def cell_file(tmp_path, data_dir, **overrides):
-    path = tmp_path / f"cell-{len(list(tmp_path.glob('cell-*')))}.yaml"
-    path.write_text(yaml.safe_dump({**TINY, "data_dir": str(data_dir), **overrides}))
-    return path
-
-
-def run_cli(config, out, *extra, wait=True, env=None):
-    cmd = [sys.executable, "-m", "merit_repro.train", "--config", str(config), "--out", str(out), *extra]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
-    if not wait:
-        return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
-    return subprocess.run(cmd, capture_output=True, text=True, env=env)
-
-
-def read_rows(path, drop=TIMING_COLUMNS):
-    with open(path) as f:
-        return [{k: v for k, v in row.items() if k not in drop} for row in csv.DictReader(f)]
-
-
-def rows_written(path):
-    return max(0, len(path.read_text().splitlines()) - 1) if path.exists() else 0
-
-
-def kill_after_rows(proc, metrics, rows, sig, timeout=120):
-    """Send sig to a running trainer once it has logged `rows` steps; its exit code."""
-    deadline = time.time() + timeout
-    while rows_written(metrics) < rows and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.05)
-    assert proc.poll() is None, "the run finished before it could be killed"
-    proc.send_signal(sig)
-    return proc.wait(60)
 
 
 @pytest.fixture(scope="module")
@@ -152,39 +115,6 @@ def test_micro_batches_and_two_processes_match_one_device(tmp_path, data_dir, dd
                     else:
                         assert float(got[key]) == pytest.approx(float(want[key]), rel=2e-4, abs=1e-7), \
                             (variant, name, key, got["step"])
-
-
-SLOW_TRAINER = """import os, sys, time
-argv = sys.orig_argv
-if argv[argv.index("-m") + 1:argv.index("-m") + 2] == ["merit_repro.train"] and os.environ.get("RANK", "0") == "0":
-    from merit_repro.train import checkpoint, loop   # the trainer's rank 0 only, not torchrun's agent nor Snakemake
-    if "SLOW_SAVE_SECONDS" in os.environ:
-        real_save = checkpoint.save
-        def slow_save(*args, **kwargs):
-            print(f"[test] saving {os.environ['SLOW_SAVE_SECONDS']} s slower", flush=True)
-            time.sleep(float(os.environ["SLOW_SAVE_SECONDS"]))
-            return real_save(*args, **kwargs)
-        checkpoint.save = slow_save
-    if "SLOW_STEP_SECONDS" in os.environ:
-        print(f"[test] each step {os.environ['SLOW_STEP_SECONDS']} s slower", flush=True)
-        real_step = loop.Run.train_step
-        def slow_step(self, *args, **kwargs):
-            time.sleep(float(os.environ["SLOW_STEP_SECONDS"]))
-            return real_step(self, *args, **kwargs)
-        loop.Run.train_step = slow_step
-"""
-
-
-def slow_trainer_env(tmp_path, save_seconds=None, step_seconds=None):
-    """Environment in which the trainer's rank 0 takes `save_seconds` longer to save each checkpoint and
-    `step_seconds` longer for each step (the numbers stay the same): a sitecustomize on PYTHONPATH, which every
-    Python started with it, in a SLURM job too, loads first."""
-    shim = tmp_path / "slow-trainer"
-    shim.mkdir(exist_ok=True)
-    (shim / "sitecustomize.py").write_text(SLOW_TRAINER)
-    slower = {"SLOW_SAVE_SECONDS": save_seconds, "SLOW_STEP_SECONDS": step_seconds}
-    return {"PYTHONPATH": os.pathsep.join([str(shim), *filter(None, [os.environ.get("PYTHONPATH")])]),
-            **{name: str(seconds) for name, seconds in slower.items() if seconds is not None}}
 
 
 @pytest.mark.slow
@@ -330,29 +260,6 @@ def test_lambada_in_the_cell_and_evaluate_cli_from_saved_weights(tmp_path, data_
 # ---------------------------------------------------------------- the workflow's launcher and its warm trainer
 
 
-@pytest.fixture(scope="module")
-def warm_dir():
-    """A short private TMPDIR for these tests' warm trainer (a socket path must fit in 107 bytes)."""
-    import shutil
-    import tempfile
-
-    folder = tempfile.mkdtemp(prefix="mw-", dir="/tmp")
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
-
-
-def launch(warm_dir, data_dir, out, *, warm, wait=True, **overrides):
-    """python -m merit_repro.launch as the train rule runs it, with its own warm trainer."""
-    import json
-
-    cell = {**TINY, "data_dir": str(data_dir), **overrides}
-    cmd = [sys.executable, "-m", "merit_repro.launch", "--cell", json.dumps(cell), "--out", str(out)]
-    env = {**os.environ, "MERIT_WARM_START": "1" if warm else "0", "TMPDIR": warm_dir, "MERIT_WARM_START_IDLE": "20"}
-    if not wait:
-        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    return subprocess.run(cmd, capture_output=True, text=True, env=env)
-
-
 def comparable_summary(run):
     import json
 
@@ -422,14 +329,6 @@ def test_the_optimizer_gets_the_scheduled_lr_every_step(reference_run):
         assert float(row["lr"]) == pytest.approx(schedule(int(row["step"]) - 1, 3e-3, steps, 0.02, 0.1), rel=1e-9)
 
 
-def in_process_run(tmp_path, data_dir, **overrides):
-    from merit_repro.plan.cell import CellConfig
-    from merit_repro.train.loop import Run
-
-    settings = {**TINY, "data_dir": str(data_dir), "device": "cpu", **overrides}
-    return Run(CellConfig.from_dict(settings).validate(), tmp_path / "run")
-
-
 def test_clipping_bounds_the_gradient_the_optimizer_sees(tmp_path, data_dir):
     import torch
 
@@ -462,7 +361,7 @@ def test_validation_loss_is_cross_entropy_over_windows_spread_over_the_split(tmp
     model.load_state_dict(torch.load(out / "model.pt", weights_only=True))
     model.eval()
     val = np.fromfile(data_dir / "val.bin", dtype=np.uint8).astype(np.int64)
-    block, n_windows = TINY["block_size"], TINY["eval_tokens"] // TINY["block_size"]
+    block, n_windows = CELL["block_size"], CELL["eval_tokens"] // CELL["block_size"]
     stride = (len(val) - 1) // n_windows
     total = 0.0
     with torch.no_grad():

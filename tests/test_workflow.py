@@ -10,27 +10,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from helpers import REPO, WORKFLOW, copy_workflow, dump_config, edited, snakemake
 
 from merit_repro.plan import grid
 
 pytestmark = pytest.mark.slow   # every test here runs Snakemake on the tiny config
 
-REPO = Path(__file__).resolve().parents[1]
-TINY = REPO / "tests" / "workflow_config.yaml"
 ARTIFACT_FILES = (".csv", ".md", ".tex", ".json", ".png", ".pdf")
-
-
-def copy_workflow(dest):
-    dest.mkdir(parents=True, exist_ok=True)
-    for name in ["Snakefile", "workflow", "config", "src", "environment.yml"]:
-        src = REPO / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, dest / name)
-    return dest
-
-
-def snakemake(workdir, *args, config=TINY, env=None):
-    cmd = [sys.executable, "-m", "snakemake", *args, "--cores", "2", "--configfile", str(config)]  # nargs="+" last
-    return subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, env=env)
 
 
 def job_counts(dry_run_output):
@@ -47,7 +33,7 @@ def finished(tmp_path_factory):
 
 
 def test_every_artifact_is_made(finished):
-    config = yaml.safe_load(TINY.read_text())
+    config = yaml.safe_load(WORKFLOW.read_text())
     for name, exp in config["experiments"].items():
         for artifact in exp["artifacts"]:
             if artifact == "lambada_ppl_vs_batch":
@@ -71,7 +57,7 @@ def test_tables_hold_ours_beside_the_papers(finished):
 
 
 def test_a_cell_shared_by_experiments_trains_once(finished):
-    config = yaml.safe_load(TINY.read_text())
+    config = yaml.safe_load(WORKFLOW.read_text())
     runs = pd.read_csv(finished / "results" / "tables" / "runs.csv")
     # 7 distinct grid cells (seed 0), and each distinct group's best LR once more with its claim seed (1)
     assert len(grid.all_cells(config)) == 7 and len(runs) == 14 and sorted(set(runs.seed)) == [0, 1]
@@ -102,7 +88,7 @@ def test_nothing_to_do_after_a_complete_run(finished):
 
 
 def test_switching_tracking_on_plans_no_retraining(finished, tmp_path):
-    config = yaml.safe_load(TINY.read_text())
+    config = yaml.safe_load(WORKFLOW.read_text())
     config["tracking"] = {"backend": "tensorboard", "project": "p"}
     tracked = tmp_path / "tracked.yaml"
     tracked.write_text(dump_config(config))
@@ -149,7 +135,7 @@ def test_a_damaged_tuning_decision_is_named_on_the_console(finished, tmp_path):
 
 
 def test_changing_a_figure_setting_reruns_only_artifact_rules(finished, tmp_path):
-    config = yaml.safe_load(TINY.read_text())
+    config = yaml.safe_load(WORKFLOW.read_text())
     config["report"]["dpi"] = 80
     changed = tmp_path / "changed.yaml"
     changed.write_text(dump_config(config))
@@ -232,7 +218,7 @@ def test_a_tampered_or_foreign_bundle_is_refused_before_any_job(finished, tmp_pa
     out = r.stdout + r.stderr
     assert r.returncode != 0 and "runs/T/4096/merit/bs8/lr5e-3/seed0/eval.json is 17 bytes, its manifest says" in out, \
         out[-2000:]
-    config = yaml.safe_load(TINY.read_text())
+    config = yaml.safe_load(WORKFLOW.read_text())
     config["seeds"] = [0, 1]
     other = tmp_path / "other.yaml"
     other.write_text(dump_config(config))
@@ -274,7 +260,7 @@ BAD_CONFIGS = [
     (lambda c: c["models"]["T"].update(n_head=0), "models.T.n_head: n_head=0 must be >= 1 or null"),
     (lambda c: c["experiments"]["sweep"].update(tokens=float("nan")), "experiments.sweep.tokens=nan must be a finite"),
 ]
-# Config files that are not plain data: refused with the file and line (TINY's text, edited).
+# Config files that are not plain data: refused with the file and line (WORKFLOW's text, edited).
 BAD_CONFIG_TEXTS = [
     (lambda t: t + "report: {dpi: 80}\n", "duplicate key report (first at line"),
     (lambda t: t.replace("optimizers:\n", "optimizers:\n  lamb: &a {eps: 1.0e-6}\n  maxlamb2: *a\n", 1),
@@ -282,23 +268,6 @@ BAD_CONFIG_TEXTS = [
     (lambda t: "__use_yte__: true\n" + t.replace("    paper: {batch_sizes: {4: 128, 8: 1024}}\n", ""),
      "__use_yte__ makes Snakemake run the file as a YTE template"),
 ]
-
-
-class PlainDumper(yaml.SafeDumper):
-    """Writes a value shared by two keys twice, as a person would: no anchors (the workflow refuses them)."""
-
-    def ignore_aliases(self, data):
-        return True
-
-
-def dump_config(config):
-    return yaml.dump(config, Dumper=PlainDumper)
-
-
-def edited(edit):
-    config = yaml.safe_load(TINY.read_text())
-    edit(config)
-    return config
 
 
 def test_every_invalid_config_fails_before_any_job(tmp_path):
@@ -309,7 +278,7 @@ def test_every_invalid_config_fails_before_any_job(tmp_path):
     for i, (edit, message) in enumerate(texts + BAD_CONFIG_TEXTS):
         workdir = copy_workflow(tmp_path / f"wf{i}")
         bad = tmp_path / f"bad{i}.yaml"
-        bad.write_text(edit(TINY.read_text()))
+        bad.write_text(edit(WORKFLOW.read_text()))
         cmd = [sys.executable, "-m", "snakemake", "--cores", "1", "--configfile", str(bad)]
         runs.append((workdir, message, subprocess.Popen(cmd, cwd=workdir, stdout=subprocess.PIPE,
                                                         stderr=subprocess.STDOUT, text=True)))
@@ -323,7 +292,7 @@ def test_every_invalid_config_fails_before_any_job(tmp_path):
 def test_a_grid_on_its_edge_is_extended_until_its_best_lr_is_interior(tmp_path):
     """One point is an edge on both sides: the checkpoint rounds add points (grid spacing x4 here) until
     the best LR has a worse point on each side, then train the claim seeds at it."""
-    config = yaml.safe_load(TINY.read_text())
+    config = yaml.safe_load(WORKFLOW.read_text())
     config["experiments"] = {"grid": {"models": ["T"], "tokens": 4096, "optimizers": ["adamw"], "batch_sizes": [8],
                                       "lr_grid": {"adamw": [3.0e-3]}, "artifacts": ["lr_sensitivity"]}}
     config.update(tuning={"max_extensions": 4, "extension_factor": 4.0}, claim_seeds=[1, 2])
@@ -352,7 +321,7 @@ def test_verdicts_of_a_config_whose_answer_is_known(tmp_path):
     must say "held" where MERIT faces the crippled AdamW and "did not hold" where MERIT is the crippled one.
     The divergence rule is loosened (1.5x the untrained loss) so that the LRs too small to learn count as
     trained badly, not diverged: an optimizer diverged at every LR is a tuning failure, which decides nothing."""
-    config = yaml.safe_load(TINY.read_text())
+    config = yaml.safe_load(WORKFLOW.read_text())
     crippled, good = [1.0e-7, 2.0e-7, 1.0e+3], {"adamw": [1.0e-3, 3.0e-3, 1.0e-2], "merit": [5.0e-3, 2.0e-2, 8.0e-2]}
     common = {"models": ["T"], "tokens": 4096, "optimizers": ["adamw", "merit"], "batch_sizes": [8],
               "artifacts": ["val_loss_vs_batch"]}
@@ -383,7 +352,7 @@ def test_a_run_ends_with_its_last_job(tmp_path):
     """Snakemake selects jobs again one max-jobs-per-timespan timespan after each selection, on a timer Python waits
     for at exit; the workflow cancels it when the run ends (common.smk), so a 10-minute timespan still ends at once."""
     workdir = copy_workflow(tmp_path / "wf")
-    r = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "--configfile", str(TINY),
+    r = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "--configfile", str(WORKFLOW),
                         "--max-jobs-per-timespan", "100/10m", "results/data/shakespeare-bytes/meta.json"],
                        cwd=workdir, capture_output=True, text=True, timeout=240)
     assert r.returncode == 0 and "1 of 1 steps (100%) done" in r.stderr, r.stderr[-3000:]
@@ -446,7 +415,7 @@ def test_a_second_look_trains_seeds_only_where_the_first_left_statements_undecid
     verdict as the first look decided it (the look in claims.csv). Each grid has its best LR inside by design (one
     LR too small to learn, one that diverges): a best LR on its grid's edge would block every comparison of two groups
     whatever the seeds, and send none to the second look."""
-    config = yaml.safe_load(TINY.read_text())
+    config = yaml.safe_load(WORKFLOW.read_text())
     grids = {"adamw": [1.0e-7, 3.0e-3, 1.0e+3], "merit": [1.0e-7, 5.0e-3, 1.0e+3]}
     config["experiments"] = {"sweep": {"models": ["T"], "tokens": 4096, "optimizers": ["adamw", "merit"],
                                        "batch_sizes": [4, 8], "lr_grid": grids, "artifacts": ["val_loss_vs_batch"]}}

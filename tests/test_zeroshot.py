@@ -12,8 +12,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 import yaml
-from test_report import GRID, demo_config, landscape
-from test_train import cell_file, run_cli
+from helpers import cell_file, run_cli
+from synthetic import GRID, demo_config, landscape
 
 lm_eval = pytest.importorskip("lm_eval")
 
