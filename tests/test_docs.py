@@ -47,3 +47,12 @@ def test_no_link_is_dead(document):
         elif anchor and path.suffix == ".md" and anchor not in anchors(path):
             dead.append(target)
     assert not dead, dead
+
+
+def test_the_workflow_catalogs_usage_is_the_readmes():
+    """.snakemake-workflow-catalog.yml: the catalog's usage section, with the flags the README's demo command gives."""
+    import yaml
+
+    usage = yaml.safe_load((REPO / ".snakemake-workflow-catalog.yml").read_text())["usage"]
+    assert f"snakemake {usage['mandatory-flags']['flags']}" in (REPO / "README.md").read_text()
+    assert usage["software-stack-deployment"]["conda"] and (REPO / "environment.yml").is_file()
