@@ -35,16 +35,16 @@ def refusal(results, figures, adopt=False):
 
 
 def finished_run(folder):
-    """A run's folder as the trainer leaves it: its summary.json records its result files' sha256."""
-    make(folder, *paths.VOUCHED, "train.log", "cell.yaml", ".lock")
+    """A run's result files as the trainer leaves them: its summary.json records their sha256."""
+    make(folder, *paths.VOUCHED)
     (folder / "metrics.csv").write_text("step,loss\n1,3.0\n")
     atomic_write_json(folder / paths.SUMMARY, {"status": "completed", "files": records.vouch(folder)})
     return folder
 
 
 def prepared_corpus(folder):
-    """A corpus's folder as the data rule leaves it: its meta.json records its token files' sha256."""
-    make(folder, "train.bin", "val.bin", ".verified.json")
+    """A corpus's token files as the data rule leaves them: its meta.json records their sha256."""
+    make(folder, "train.bin", "val.bin")
     splits = {s: {"file": f"{s}.bin", "sha256": sha256_file(folder / f"{s}.bin")} for s in ("train", "val")}
     atomic_write_json(folder / "meta.json", {"splits": splits})
     return folder
@@ -196,6 +196,63 @@ def test_hostile_layouts_end_in_one_line_without_a_hang(tmp_path):
         leaf = leaf.parent
     (tmp_path / "loop").symlink_to(tmp_path / "loop")
     assert "symlink loop" in refusal(tmp_path / "loop" / "results", tmp_path / "figures")
+
+
+@pytest.mark.parametrize("planted", ["proof in figures", "proof in tables", "unhashed run files", "partial summary",
+                                     "weights unrecorded", "corpus marker", "benchmarks", "other case", "null role"])
+def test_what_no_record_hashes_where_it_lies_shows_nothing(tmp_path, planted):
+    """A second red team: hash proofs count only where the workflow keeps them (a run's folder under runs/, a
+    corpus's under data/), and for the names they hash; benchmarks/ is the workflow's (its rules' benchmark files);
+    names are compared as a case-insensitive file system would; a nested record must name a role."""
+    results, figures = tmp_path / "results", tmp_path / "figures"
+    run, corpus = results / "runs/S/262144/adamw/bs16/lr1e-3/seed0", results / "data/shakespeare-bytes"
+    if planted.startswith("proof in"):
+        folder = figures / "val_loss_vs_batch" if planted == "proof in figures" else results / "tables"
+        prepared_corpus(folder)
+        (folder / "train.bin").rename(folder / "sweep.png")
+        meta = read_json(folder / "meta.json")
+        meta["splits"]["train"]["file"] = "sweep.png"
+        atomic_write_json(folder / "meta.json", meta)
+    elif planted == "unhashed run files":
+        make(finished_run(run), "cell.yaml", "train.log")
+    elif planted == "partial summary":
+        finished_run(run)
+        summary = read_json(run / paths.SUMMARY)
+        del summary["files"]["eval.json"]   # the user's eval.json beside the recorded files
+        atomic_write_json(run / paths.SUMMARY, summary)
+    elif planted == "weights unrecorded":
+        make(finished_run(run), records.WEIGHTS)
+    elif planted == "corpus marker":
+        make(prepared_corpus(corpus), ".verified.json")
+    elif planted == "benchmarks":
+        make(results, "benchmarks/thesis.tex")
+    elif planted == "other case":
+        make(figures, "readme.md")
+    else:
+        make(results / "runs", "mine.txt")
+        atomic_write_json(results / "runs" / folders.RECORD, {"role": None})
+    for adopt in (False, True):
+        assert "would overwrite" in refusal(results, figures, adopt), planted
+
+
+@pytest.mark.parametrize("meta", [{"splits": {"train": {"file": ["x"], "sha256": "0"}}},
+                                  {"splits": {"train": {"file": "x\u0000y", "sha256": "0"}}},
+                                  {"files": {"metrics.csv": "abc"}}])
+def test_records_of_odd_kinds_show_nothing_in_one_line(tmp_path, meta):
+    corpus = make(tmp_path / "results/data/c", "x")
+    name = "summary.json" if "metrics.csv" in meta.get("files", {}) else "meta.json"
+    atomic_write_json(corpus / name, meta)
+    assert "would overwrite data/c/" in refusal(tmp_path / "results", tmp_path / "figures")
+
+
+def test_a_claim_keeps_a_record_written_since_the_plan_and_checks_its_role(tmp_path):
+    """Two runs started at once with the folders swapped: the second claim finds the first's record, not its own."""
+    claims = plan(tmp_path / "results", tmp_path / "figures")
+    folders.claim(plan(tmp_path / "figures", tmp_path / "results"))   # the other run, between this plan and claim
+    with pytest.raises(UserError, match="is the workflow's figures folder"):
+        folders.claim(claims)
+    assert read_json(tmp_path / "results" / folders.RECORD)["role"] == "figures"   # the first claim stands
+    assert not list((tmp_path / "results").glob(f".{folders.RECORD}.*"))   # and no draft is left
 
 
 def test_a_folder_that_cannot_be_made_is_refused_in_one_line(tmp_path):

@@ -122,9 +122,19 @@ def cancel_reselection_timers():
             thread.cancel()
 
 
+def claim_folders():
+    """The output folders' records, before anything writes there (a failed preflight's log): a folder another run
+    claimed for the other role since the plan stops this one, in one line."""
+    try:
+        output_folders.claim(FOLDER_CLAIMS)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(1)
+
+
 onstart:
+    claim_folders()
     preflight(log)
-    output_folders.claim(FOLDER_CLAIMS)  # after the checks, before the first job
 
 
 onsuccess:

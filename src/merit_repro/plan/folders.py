@@ -6,10 +6,10 @@ overwrite unknowingly is refused before any job, naming the files.
                                         entries found in it then that are not the workflow's (`found`)
 
 A folder without a record is claimed when it is new or empty, or when every file in it is shown to be the workflow's
-by the hashes the workflow keeps: a run's folder whose summary.json records its result files (and weights) as they
-are, a corpus's folder whose meta.json records its token files as they are (results copied without their record),
-or a folder of the workflow's inside it with a record of its own (another config's). Names alone show nothing: a
-`tables/` or `README.md` may be anyone's. The project's other tools write beside the workflow (`SIDE_TOOLS`), never
+by the hashes the workflow keeps: the result files (and weights) a run's summary.json under runs/ records as they are,
+the token files a corpus's meta.json under data/ records as they are (results copied without their record), or a
+folder of the workflow's inside it with a record of its own (another config's). Names alone show nothing: a
+`tables/`, a `README.md` or a run's `train.log` may be anyone's. The project's other tools write beside the workflow (`SIDE_TOOLS`), never
 where it writes, so their files need no proof.
 
 Anything else is refused. With `adopt_folders` a folder is claimed beside such files as long as none lies where the
@@ -33,19 +33,16 @@ WHAT = "an output folder of the merit_repro workflow"
 PLACEHOLDERS = (".gitkeep",)   # a clone's empty paper_figures/ keeps one
 # Where the workflow writes in a results folder: paths.py's folders, the bundles' (made and rebuilt) and the logs
 RESULTS_WRITES = (paths.DATA, paths.RUNS, paths.TUNING, paths.ZEROSHOT, "zeroshot_tasks", paths.TABLES, "logs",
-                  "bundle", "from_bundle", paths.ORIGIN)
+                  "benchmarks", "bundle", "from_bundle", paths.ORIGIN)
 # What the project's other tools write in a results folder, never the workflow: scripts/gpu_check.sh's default
-# --out, the pilot scripts' and the benchmarks' folders
-SIDE_TOOLS = ("gpu_check.json", "pilot", "benchmarks")
+# --out and the pilot scripts' folder
+SIDE_TOOLS = ("gpu_check.json", "pilot")
 INDEX_FILES = ("README.md", "claims.csv")   # written together by the figures_readme rule
 ARTIFACT_SUFFIXES = (".csv", ".md", ".tex", ".json", ".png", ".pdf")
 LAYOUT = {
     "results": f"{', '.join(name + '/' for name in RESULTS_WRITES)}",
     "figures": f"{', '.join(INDEX_FILES)} and <artifact>/<experiment>{{{','.join(ARTIFACT_SUFFIXES)}}}",
 }
-# A run folder's files besides those its summary.json records: what the trainer and the launcher write there
-RUN_OWN = (paths.SUMMARY, *paths.RUN_LOGS, "cell.yaml", "ckpt.pt", ".lock", WEIGHTS)
-CORPUS_OWN = ("meta.json", ".verified.json")
 SHOWN = 3   # entries a refusal names
 ADOPT = "--config adopt_folders=True"   # Snakemake's --config reads only True and False as booleans
 
@@ -60,8 +57,8 @@ def plan_claims(folders, artifacts, adopt=False):
         try:
             record = claim_for(folder, role, artifacts, adopt)
         except OSError as err:   # a folder on the way that cannot be read (its permissions)
-            raise UserError(f"{role} folder {folder} cannot be read ({shown(str(err))}): choose a folder you can "
-                            f"read and write (--config {role}=PATH)") from None
+            raise UserError(f"{role} folder {folder} cannot be read ({shown(str(err))[:300]}): choose a folder "
+                            f"whose every entry you can read (--config {role}=PATH)") from None
         if record:
             claims[folder] = record
     return claims
@@ -161,10 +158,19 @@ def record(role, how, found=()):
 
 
 def claim(claims):
-    """Write the records of plan_claims: when a run starts, never in a dry run."""
+    """Write the records of plan_claims: when a run starts, never in a dry run. A record that another run wrote since
+    the plan is kept, and must be of the same role."""
     for folder, content in claims.items():
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        atomic_write_json(Path(folder) / RECORD, content)
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        draft = folder / f".{RECORD}.{os.getpid()}"
+        atomic_write_json(draft, content)
+        try:
+            os.link(draft, folder / RECORD)   # fails where a record is: never two claims of one folder
+        except FileExistsError:
+            check_record(folder, content["role"])
+        finally:
+            draft.unlink()
 
 
 # ---------------------------------------------------------------- what a folder holds
@@ -197,9 +203,8 @@ def walk(top, role, artifacts):
                 yield path
             elif nested_workflow_folder(path, top, role, artifacts):
                 continue
-            elif (own := own_names(path)) is not None:
-                yield from (Path(e.path) for e in sorted(os.scandir(path), key=lambda e: e.name)
-                            if e.name not in own or not e.is_file(follow_symlinks=False))
+            elif role == "results" and (own := shown_names(path, path.relative_to(top).parts)) is not None:
+                yield from (Path(e.path) for e in sorted(os.scandir(path), key=lambda e: e.name) if e.name not in own)
             else:
                 stack.append((path, depth + 1))
 
@@ -209,7 +214,8 @@ def nested_workflow_folder(path, top, role, artifacts):
     record reads as one, and it does not lie where this folder's workflow writes, where a record of anyone's making
     would shield anything."""
     try:
-        read_record(path / RECORD)["role"]
+        if read_record(path / RECORD)["role"] not in LAYOUT:
+            return False
     except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return False
     first = path.relative_to(top).parts[0]
@@ -220,51 +226,54 @@ def is_real_dir(path):
     return path.is_dir() and not path.is_symlink()
 
 
-def own_names(path):
-    """The names the workflow writes in a run's or a corpus's folder whose records show its files as they are
-    (sizes and sha256); None for any other folder, or one that cannot be read."""
+def shown_names(path, parts):
+    """The names in a run's folder (runs/<cell>/) or a corpus's (data/<corpus>/) whose sha256 its records hold and
+    match, with the record itself; None for any other folder, or where a record does not match. A file no record
+    hashes (train.log, cell.yaml, a checkpoint) shows nothing, whatever its name."""
     try:
-        if run_files_shown(path):
-            return {*RUN_OWN, *paths.VOUCHED}
-        corpus = corpus_files_shown(path)
-    except OSError:
+        if parts[0] == paths.RUNS and len(parts) > 1:
+            return run_files_shown(path)
+        if parts[0] == paths.DATA and len(parts) == 2:
+            return corpus_files_shown(path)
+    except (OSError, ValueError, TypeError):   # a record of odd kinds shows nothing
         return None
-    return None if corpus is None else {*CORPUS_OWN, *corpus}
+    return None
 
 
 def run_files_shown(path):
-    """Whether path is a finished run's folder whose summary.json records each result file (and the weights) as
-    they are."""
+    """{summary.json and the files it records, model.pt with them when it records its weights} when each is a plain
+    file as recorded; else None."""
     summary = read_plain_json(path / paths.SUMMARY)
     recorded = summary.get("files") if isinstance(summary, dict) else None
-    if not isinstance(recorded, dict) or not recorded or not set(recorded) <= set(paths.VOUCHED):
-        return False
+    if not isinstance(recorded, dict) or not recorded or not set(recorded) <= set(paths.VOUCHED) \
+            or not all(isinstance(want, dict) for want in recorded.values()):
+        return None
     if not all(is_plain_file(path / name) for name in recorded) or file_problems(path, summary):
-        return False
-    if not os.path.lexists(path / WEIGHTS):
-        return True
-    if not is_plain_file(path / WEIGHTS):   # before its hash: a FIFO or a link to /dev/zero would never end
-        return False
+        return None
+    names = {paths.SUMMARY, *recorded}
+    if not isinstance(summary.get("weights"), dict) or not is_plain_file(path / WEIGHTS):
+        return names   # (before its hash: a FIFO or a link to /dev/zero would never end)
     try:
         check_weights(path, summary)
     except UserError:
-        return False
-    return True
+        return None
+    return names | {WEIGHTS}
 
 
 def corpus_files_shown(path):
-    """The names of a prepared corpus's token files when its meta.json records each one's sha256 as it is; else
-    None."""
+    """{meta.json and the token files it records} when each token file's sha256 is as recorded; else None."""
     meta = read_plain_json(path / "meta.json")
     files = (meta.get("splits") or meta.get("files")) if isinstance(meta, dict) else None
     if not isinstance(files, dict) or not files or not all(isinstance(e, dict) for e in files.values()):
         return None
-    names = {e.get("file"): e.get("sha256") for e in files.values()}
+    names = {e.get("file"): e.get("sha256") for e in files.values() if isinstance(e.get("file"), str)}
+    if len(names) != len(files):
+        return None
     for name, digest in names.items():
-        if not isinstance(name, str) or "/" in name or not is_plain_file(path / name) \
+        if Path(name).name != name or "\0" in name or not is_plain_file(path / name) \
                 or sha256_file(path / name) != digest:
             return None
-    return set(names)
+    return {"meta.json", *names}
 
 
 def is_plain_file(path):
@@ -294,8 +303,8 @@ def top_level(files):
 
 
 def lies_where_written(name, role, artifacts):
-    """Whether a path (relative to a role's folder) lies where the workflow writes, so that it could overwrite it."""
-    first = name.split("/")[0]
-    if role == "results":
-        return first in RESULTS_WRITES
-    return first in INDEX_FILES or first in artifacts
+    """Whether a path (relative to a role's folder) lies where the workflow writes, so that it could overwrite it;
+    names compared as a case-insensitive file system (macOS's, by default) would: readme.md is README.md there."""
+    first = name.split("/")[0].casefold()
+    places = RESULTS_WRITES if role == "results" else (*INDEX_FILES, *artifacts)
+    return first in {place.casefold() for place in places}
