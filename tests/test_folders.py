@@ -53,7 +53,9 @@ def prepared_corpus(folder):
 def copied_results(folder):
     """Runs and a corpus copied without the folder's record (rsync of runs/ and data/ from another machine)."""
     finished_run(folder / "runs/S/262144/adamw/bs16/lr1e-3/seed0")
-    prepared_corpus(folder / "data/shakespeare-bytes")
+    corpus = prepared_corpus(folder / "data/shakespeare-bytes")
+    marks = {name: {"size": 1, "mtime_ns": 2, "ino": 3, "ctime_ns": 4} for name in ("train.bin", "val.bin")}
+    atomic_write_json(corpus / ".verified.json", marks)   # data.tokens' marker, shown by what it is of
     make(folder, "gpu_check.json", "pilot/mechanism/pilot.csv")   # the project's other tools, beside the workflow
     return folder
 
@@ -222,7 +224,7 @@ def test_what_no_record_hashes_where_it_lies_shows_nothing(tmp_path, planted):
         atomic_write_json(run / paths.SUMMARY, summary)
     elif planted == "weights unrecorded":
         make(finished_run(run), records.WEIGHTS)
-    elif planted == "corpus marker":
+    elif planted == "corpus marker":   # a file of the marker's name that is no marker of these files
         make(prepared_corpus(corpus), ".verified.json")
     elif planted == "benchmarks":
         make(results, "benchmarks/thesis.tex")

@@ -105,6 +105,7 @@ def preflight(log):
             file=sys.stderr,
         )
     elif built.returncode and not problems:
+        claim_folders()  # the crash's log goes into results: the workflow's folder from now on
         check_log = paths.log(config["results"], "preflight", "optimizer_check")
         problems = [failure_line("the optimizer check", command, built.stderr, check_log)]
     for problem in problems:
@@ -123,8 +124,8 @@ def cancel_reselection_timers():
 
 
 def claim_folders():
-    """The output folders' records, before anything writes there (a failed preflight's log): a folder another run
-    claimed for the other role since the plan stops this one, in one line."""
+    """The output folders' records, before anything writes there: a folder another run claimed for the other role
+    since the plan stops this one, in one line."""
     try:
         output_folders.claim(FOLDER_CLAIMS)
     except UserError as err:
@@ -133,8 +134,8 @@ def claim_folders():
 
 
 onstart:
+    preflight(log)  # a refused config writes nothing, a crashed check only its log (after the claim)
     claim_folders()
-    preflight(log)
 
 
 onsuccess:

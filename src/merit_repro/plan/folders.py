@@ -23,6 +23,7 @@ import os
 import stat
 from pathlib import Path
 
+from merit_repro.data.tokens import VERIFIED_MARKER
 from merit_repro.plan import paths
 from merit_repro.plan.records import WEIGHTS, check_weights, file_problems
 from merit_repro.utils import UserError, atomic_write_json, sha256_file
@@ -273,7 +274,16 @@ def corpus_files_shown(path):
         if Path(name).name != name or "\0" in name or not is_plain_file(path / name) \
                 or sha256_file(path / name) != digest:
             return None
-    return {"meta.json", *names}
+    return {"meta.json", *names} | ({VERIFIED_MARKER} if is_marker(path / VERIFIED_MARKER, names) else set())
+
+
+def is_marker(path, names):
+    """Whether path is data.tokens' marker of these token files by its content (an object of their stat
+    fingerprints, whole numbers): it remembers what was hashed, and is written again whenever it is not this."""
+    marks = read_plain_json(path, limit=RECORD_BYTES)
+    return isinstance(marks, dict) and set(marks) <= set(names) and all(
+        isinstance(mark, dict) and all(isinstance(v, int) and not isinstance(v, bool) for v in mark.values())
+        for mark in marks.values())
 
 
 def is_plain_file(path):
