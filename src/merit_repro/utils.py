@@ -9,6 +9,7 @@ import math
 import os
 import platform
 import shlex
+import stat
 import subprocess
 import sys
 import tempfile
@@ -184,6 +185,23 @@ def parse_data(text, source, load=json.loads):
 def read_json(path):
     with open(path) as f:
         return parse_data(f.read(), path)
+
+
+def read_plain_json(path, limit):
+    """A JSON file's content, read without following a link or opening a special file (a FIFO would block, /dev/zero
+    never end) and at most limit bytes of it: a ValueError saying why not, an OSError where it cannot be read."""
+    st = os.lstat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError("a symlink or special file" if stat.S_ISLNK(st.st_mode) else "not a plain file")
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)   # (swapped for either since the lstat)
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"larger than {limit:,} bytes")
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ValueError("nested too deep") from None
 
 
 def check_numbers(args, positive=(), non_negative=()):

@@ -27,8 +27,8 @@ from merit_repro.utils import (
     atomic_write_json,
     library_versions,
     named_error,
-    parse_data,
     read_json,
+    read_plain_json,
     sha256_file,
 )
 
@@ -265,22 +265,18 @@ def _mark_verified(data_dir, meta):
         pass
 
 
-def _read_marker(data_dir):
+def read_marker(data_dir):
     """The marker's fingerprints by file name; {} (every file hashed, the marker written again) when there is none
-    or it is damaged: not JSON, not an object, a link, a FIFO or another special file (never opened: it could
-    block), or too large to be one."""
-    path = data_dir / VERIFIED_MARKER
+    or it is damaged: not JSON, not an object of fingerprints (whole numbers), a link, a FIFO or another special file
+    (never opened: it could block), or too large to be one."""
     try:
-        st = os.lstat(path)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MARKER_BYTES:
-            return {}
-        # O_NOFOLLOW and O_NONBLOCK: a marker swapped for a link or a FIFO since lstat neither follows nor blocks
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        with os.fdopen(fd, "rb") as f:
-            marks = parse_data(f.read(MARKER_BYTES), path)
-    except (OSError, ValueError, UserError):
+        marks = read_plain_json(Path(data_dir) / VERIFIED_MARKER, MARKER_BYTES)
+    except (OSError, ValueError):
         return {}
-    return marks if isinstance(marks, dict) else {}
+    fingerprints = isinstance(marks, dict) and all(
+        isinstance(mark, dict) and all(isinstance(v, int) and not isinstance(v, bool) for v in mark.values())
+        for mark in marks.values())
+    return marks if fingerprints else {}
 
 
 def verify(data_dir, tokenizer=None, deep=True, trust_marker=True):
@@ -305,7 +301,7 @@ def verify(data_dir, tokenizer=None, deep=True, trust_marker=True):
                         f"{tokenizer!r}; prepare the data with that tokenizer or fix the config")
     if "splits" not in meta:
         return meta
-    marks = _read_marker(data_dir) if trust_marker else {}
+    marks = read_marker(data_dir) if trust_marker else {}
     itemsize = np.dtype(meta["dtype"]).itemsize
     hashed = False
     for split, info in meta["splits"].items():

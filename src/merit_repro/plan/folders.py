@@ -18,15 +18,14 @@ Nothing here follows a symlink or opens a special file: either is someone else's
 """
 
 import datetime
-import json
 import os
 import stat
 from pathlib import Path
 
-from merit_repro.data.tokens import VERIFIED_MARKER
+from merit_repro.data.tokens import VERIFIED_MARKER, read_marker
 from merit_repro.plan import paths
 from merit_repro.plan.records import WEIGHTS, check_weights, file_problems
-from merit_repro.utils import UserError, atomic_write_json, sha256_file
+from merit_repro.utils import UserError, atomic_write_json, read_plain_json, sha256_file
 
 RECORD = ".merit_repro_folder.json"
 RECORD_BYTES = 1 << 16   # a record is a few hundred bytes; anything larger is not one
@@ -114,9 +113,8 @@ def check_record(folder, role):
     path = folder / RECORD
     try:
         recorded = read_record(path)["role"]
-    except (OSError, ValueError, KeyError, TypeError, RecursionError) as err:
-        why = "nested too deep" if isinstance(err, RecursionError) else shown(str(err))
-        raise UserError(f"{path} is damaged ({why}): remove it if {folder} holds only the workflow's files, else "
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise UserError(f"{path} is damaged ({shown(str(err))}): remove it if {folder} holds only the workflow's files, else "
                         f"choose another folder for {role} (--config {role}=PATH)") from None
     if recorded != role:
         raise UserError(f"{folder} is the workflow's {shown(str(recorded))} folder ({RECORD}), not a {role} "
@@ -125,14 +123,7 @@ def check_record(folder, role):
 
 def read_record(path):
     """A folder's record as a dict: a plain file of at most RECORD_BYTES, never a link or a special file."""
-    mode = os.lstat(path).st_mode
-    if not stat.S_ISREG(mode):
-        raise ValueError("a symlink or special file, not a record" if stat.S_ISLNK(mode) else "not a plain file")
-    with open(path, "rb") as f:
-        data = f.read(RECORD_BYTES + 1)
-    if len(data) > RECORD_BYTES:
-        raise ValueError(f"larger than a record ({RECORD_BYTES:,} bytes)")
-    content = json.loads(data)
+    content = read_plain_json(path, RECORD_BYTES)
     if not isinstance(content, dict):
         raise TypeError("not a JSON object")
     return content
@@ -217,7 +208,7 @@ def nested_workflow_folder(path, top, role, artifacts):
     try:
         if read_record(path / RECORD)["role"] not in LAYOUT:
             return False
-    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+    except (OSError, ValueError, KeyError, TypeError):
         return False
     first = path.relative_to(top).parts[0]
     return first == "from_bundle" or not lies_where_written(first, role, artifacts)
@@ -244,7 +235,7 @@ def shown_names(path, parts):
 def run_files_shown(path):
     """{summary.json and the files it records, model.pt with them when it records its weights} when each is a plain
     file as recorded; else None."""
-    summary = read_plain_json(path / paths.SUMMARY)
+    summary = json_or_none(path / paths.SUMMARY)
     recorded = summary.get("files") if isinstance(summary, dict) else None
     if not isinstance(recorded, dict) or not recorded or not set(recorded) <= set(paths.VOUCHED) \
             or not all(isinstance(want, dict) for want in recorded.values()):
@@ -263,7 +254,7 @@ def run_files_shown(path):
 
 def corpus_files_shown(path):
     """{meta.json and the token files it records} when each token file's sha256 is as recorded; else None."""
-    meta = read_plain_json(path / "meta.json")
+    meta = json_or_none(path / "meta.json")
     files = (meta.get("splits") or meta.get("files")) if isinstance(meta, dict) else None
     if not isinstance(files, dict) or not files or not all(isinstance(e, dict) for e in files.values()):
         return None
@@ -274,16 +265,14 @@ def corpus_files_shown(path):
         if Path(name).name != name or "\0" in name or not is_plain_file(path / name) \
                 or sha256_file(path / name) != digest:
             return None
-    return {"meta.json", *names} | ({VERIFIED_MARKER} if is_marker(path / VERIFIED_MARKER, names) else set())
+    return {"meta.json", *names} | ({VERIFIED_MARKER} if is_marker_of(path, names) else set())
 
 
-def is_marker(path, names):
-    """Whether path is data.tokens' marker of these token files by its content (an object of their stat
-    fingerprints, whole numbers): it remembers what was hashed, and is written again whenever it is not this."""
-    marks = read_plain_json(path, limit=RECORD_BYTES)
-    return isinstance(marks, dict) and set(marks) <= set(names) and all(
-        isinstance(mark, dict) and all(isinstance(v, int) and not isinstance(v, bool) for v in mark.values())
-        for mark in marks.values())
+def is_marker_of(corpus, names):
+    """Whether the corpus folder's marker is data.tokens' fingerprints of these token files (a damaged one reads as
+    none: {}), which it writes again whenever they are not."""
+    marks = read_marker(corpus)
+    return bool(marks) and set(marks) <= set(names)
 
 
 def is_plain_file(path):
@@ -293,13 +282,11 @@ def is_plain_file(path):
         return False
 
 
-def read_plain_json(path, limit=1 << 24):
+def json_or_none(path, limit=1 << 24):
     """A JSON file's content, or None where it is missing, not a plain file, larger than limit or not JSON."""
-    if not is_plain_file(path) or os.lstat(path).st_size > limit:
-        return None
     try:
-        return json.loads(Path(path).read_bytes())
-    except (OSError, ValueError, RecursionError):
+        return read_plain_json(path, limit)
+    except (OSError, ValueError):
         return None
 
 

@@ -12,10 +12,12 @@ The zero-shot artifact is judged once, on the claim seeds its scores cover, at t
 
 import json
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 from merit_repro.config.configfiles import with_defaults
 from merit_repro.config.registry import ARTIFACTS
+from merit_repro.plan import paths
 from merit_repro.plan.grid import experiment_artifacts, second_look_seeds
 from merit_repro.plan.records import LOOK_TYPES, read_typed
 from merit_repro.plan.tuning import with_second_look, write_json
@@ -92,8 +94,8 @@ def check_looked(decisions, looked, look):
     """UserError naming each group whose looked decision is not its final one with the cells the first look sent
     (tuning.with_second_look): seeds left out, seeds added, or the group missing."""
     theirs = {group_key(d): d for d in looked}
-    problems = [f"{group_name(d)} has more than one decision" for d in (*looked, *decisions)
-                if [group_key(e) for e in (looked if d in looked else decisions)].count(group_key(d)) > 1]
+    problems = [f"{group_name({'group': json.loads(key)})} has more than one decision"
+                for kind in (looked, decisions) for key, n in Counter(map(group_key, kind)).items() if n > 1]
     problems += [problem for final in sorted(decisions, key=group_key)
                  if (problem := looked_problem(final, theirs.get(group_key(final)), look))]
     if problems:
@@ -121,7 +123,7 @@ def looked_problem(final, got, look):
 
 def group_name(decision):
     g = decision["group"]
-    return one_line(f"{g['experiment']}/{g['model']}/{g['optimizer']}/bs{g['batch']}")
+    return one_line(paths.group_path(g["experiment"], g["model"], g["optimizer"], g["batch"]))
 
 
 def group_key(decision):
