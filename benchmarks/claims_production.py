@@ -29,6 +29,12 @@ decided verdict, and the row shows the largest. "before" is the rule without the
 (tuning.lr_choice_noise 0: no close call, every verdict read at the chosen LRs, as at a22f99b, whose label "at the
 chosen LRs" changed no verdict). "unequal LR sensitivity" is not a null: it shows how often a flat optimizer "holds"
 lower than a curved one with the same optimum between grid points.
+
+The mechanism line (mal_vs_lr, merit_repro.report.artifacts.mechanism) at its boundary: every member of its family
+(S1, S3, S4a, L1, L2) true but at the edge of its tolerance (d = -tol: equivalent is false, and did not hold), on
+the whole design (three models, two batches, the QK-norm control, claim seeds 1-3, curve seeds 4-5 at 2x and 4x
+LR*); a false "not supported" is counted, with the Holm-corrected rule and without (any member against: the rule
+before issue 55).
 """
 
 import argparse
@@ -46,7 +52,10 @@ from synthetic import build, look_twice  # noqa: E402
 from merit_repro.config.configfiles import schema_defaults  # noqa: E402
 from merit_repro.report.artifacts import ARTIFACT_FUNCTIONS, load_context  # noqa: E402
 from merit_repro.report.artifacts.looks import settle  # noqa: E402
+from merit_repro.report.artifacts.mechanism import FAMILY, mechanism  # noqa: E402
 from merit_repro.report.claims import EQUIVALENT, HELD, NOT_HELD, Stats  # noqa: E402
+
+MECHANISM_LRS = [1.0e-3, 2.0e-3, 4.0e-3, 8.0e-3, 1.6e-2]
 
 PAPER_NUMBERS = ROOT / "workflow" / "resources" / "paper_numbers.csv"
 LEVEL, TOL = 3.0, 0.005 * 3.0
@@ -70,9 +79,9 @@ class World:
     shared across groups with correlation rho (a seed is one initialisation and batch order); peak MAL's log rises
     with log LR from its value at the optimum."""
 
-    def __init__(self, rng, truth, optimum, sd=0.01, rho=0.84, curvature=None, mal=None, mal_sd=0.1):
+    def __init__(self, rng, truth, optimum, sd=0.01, rho=0.84, curvature=None, mal=None, mal_sd=0.1, mal_slope=1.0):
         self.rng, self.truth, self.optimum, self.sd, self.rho = rng, truth, optimum, sd, rho
-        self.curvature, self.mal, self.mal_sd = curvature or {}, mal or {}, mal_sd
+        self.curvature, self.mal, self.mal_sd, self.mal_slope = curvature or {}, mal or {}, mal_sd, mal_slope
         self.shared, self.drawn = {}, {}
 
     def _z(self, key):
@@ -94,7 +103,7 @@ class World:
 
     def peak_mal(self, group, lr, seed):
         key = (group.model, group.optimizer, int(group.batch))
-        log = math.log(self.mal.get(key, 10.0)) + math.log(float(lr) / self.optimum[key])
+        log = math.log(self.mal.get(key, 10.0)) + self.mal_slope * math.log(float(lr) / self.optimum[key])
         return math.exp(log + self.noise(group, lr, seed, "mal", lambda k: self.mal_sd))
 
 
@@ -256,6 +265,66 @@ def run(experiments, seed, alpha, out=print, select=""):
     return ok
 
 
+def mechanism_world(rng):
+    """The mechanism's design with every member of the line's family at d = -tol (log 1.1 on MAL, 0.005 x 3 on the
+    loss): AdamW's MAL at batch 4 and MERIT's 1.1x below AdamW's at 8, MAL rising as LR^1.72 (so AdamW's MAL at its
+    ceiling, 2x LR*, is 3.3x that at LR*), MERIT's loss 0.015 below AdamW's at 8."""
+    t = {"model": "demo-tiny", "data": "d", "paper_model": "gpt2-medium"}
+    cfg = {"data": {"d": {"dataset": "shakespeare", "tokenizer": "bytes"}},
+           "models": {"T": {**t, "warmup_frac": 0.1}, "T-long": {**t, "warmup_steps": 3},
+                      "T-qk": {**t, "qk_norm": True, "warmup_frac": 0.1}},
+           "cell_defaults": {"block_size": 32}, "seeds": [0], "claim_seeds": [1, 2, 3],
+           "tuning": {**schema_defaults("tuning"), "max_extensions": 1},
+           "report": {**schema_defaults("report"), "dpi": 30},
+           "experiments": {"e": {
+               "models": ["T", "T-long", "T-qk"], "tokens": 4096, "optimizers": ["adamw", "merit"],
+               "batch_sizes": {"T": {"adamw": [4, 8], "merit": [8]}, "T-long": [8], "T-qk": {"adamw": [8]}},
+               "lr_grid": {"T": {"adamw": MECHANISM_LRS, "merit": [1.0e-2, 2.0e-2, 4.0e-2]},
+                           "T-long": {"adamw": MECHANISM_LRS, "merit": [1.0e-2, 2.0e-2, 4.0e-2]},
+                           "T-qk": {"adamw": MECHANISM_LRS}},
+               "allow_unequal_lr_grids": True, "artifacts": ["mal_vs_lr"],
+               "curve": {"seeds": [4, 5], "multiples": [2, 4], "batch_sizes": {"T": {"adamw": [8], "merit": [8]}}}}}}
+    optimum = {("T", "adamw", 4): 2e-3, ("T", "adamw", 8): 8e-3, ("T", "merit", 8): 2e-2, ("T-long", "adamw", 8): 8e-3,
+               ("T-long", "merit", 8): 2e-2, ("T-qk", "adamw", 8): 8e-3}
+    truth = {k: LEVEL for k in optimum} | {("T", "merit", 8): LEVEL - TOL, ("T", "adamw", 4): LEVEL - 0.1}
+    step = 1.1
+    mal = {k: 100.0 for k in optimum} | {("T", "adamw", 4): 100.0 / step, ("T", "merit", 8): 100.0 / step}
+    slope = math.log(3.0 * step) / math.log(2.0)
+    world = World(rng, truth, optimum, curvature={"adamw": 0.1, "merit": 0.1}, mal=mal, mal_slope=slope)
+    return cfg, world
+
+
+def mechanism_line(experiments, seed, alpha, out=print):
+    """False "not supported" at the boundary, with Holm over the family and without (any member against)."""
+    holm_count = union = supported = 0
+    rng = random.Random(seed)
+    with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() else None) as tmp:
+        for i in range(experiments):
+            cfg, world = mechanism_world(rng)
+            paths = build(Path(f"{tmp}/{i}"), cfg, world.loss, peak_mal=world.peak_mal)
+            ctx = load_context("e", cfg, paths["runs"], paths["cells"], paths["best_lr"], PAPER_NUMBERS, drawing=False)
+            _, record = ARTIFACT_FUNCTIONS["mal_vs_lr"](ctx, Path(tmp) / f"{i}" / "figure")
+            line = mechanism(record["statements"], ctx)
+            holm_count += ": not supported" in line
+            supported += ": supported." in line
+            results = {s["claim"].split(" ", 1)[0]: s["result"] for s in record["statements"]}
+            union += any(results.get(label) in (NOT_HELD, EQUIVALENT) for label in FAMILY)
+    out(f"\nthe mechanism line at its boundary (every member of S1, S3, S4a, L1, L2 at d = -tol), {experiments} "
+        "experiments through the production path:\n")
+    out("| rule | false not supported | ± MC | within alpha |")
+    out("|---|---|---|---|")
+    ok = True
+    for name, count in (("Holm over the family's did-not-hold and equivalence p-values", holm_count),
+                        ("any member against, uncorrected (before issue 55)", union)):
+        p, mc = share({1: count}, 1, experiments)
+        within = p <= alpha + 2 * mc
+        ok &= within or "before" in name
+        out(f"| {name} | {p:.4f} | {mc:.4f} | {'yes' if within else 'NO'} |")
+    out(f"\nsupported at the boundary (every member true, none by more than its tolerance): "
+        f"{supported / experiments:.3f}")
+    return ok
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--experiments", type=int, default=300)
@@ -263,9 +332,13 @@ def main():
     parser.add_argument("--looks-experiments", type=int, default=100,
                         help="experiments per null through two looks (0: none)")
     parser.add_argument("--select", default="", help="only the nulls and alternatives whose name holds this text")
+    parser.add_argument("--mechanism-experiments", type=int, default=200,
+                        help="experiments of the mechanism line at its boundary (0: none)")
     args = parser.parse_args()
     alpha = Stats.from_report(schema_defaults("report")).alpha
     ok = run(args.experiments, args.seed, alpha, select=args.select) if args.experiments else True
+    if args.mechanism_experiments:
+        ok &= mechanism_line(args.mechanism_experiments, args.seed + 300, alpha)
     if args.looks_experiments:
         ok &= run_looks(args.looks_experiments, args.seed, alpha, select=args.select)
     print("\nevery null within alpha" if ok else "\nSOME NULL EXCEEDS ALPHA")

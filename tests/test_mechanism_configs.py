@@ -1,5 +1,6 @@
-"""The mechanism configs (issue 43): the CPU one and the one-GPU one plan the design their artifact reads (warmup rules,
-the QK-norm control, probes at the same tokens), their dry runs, the GPU runner's arguments, the GPU price."""
+"""The mechanism configs (issues 43, 55): the CPU one and the one-GPU one plan the design their artifact reads (warmup
+rules, the QK-norm control, probes at the same tokens, curve seeds at the large batch), their dry runs, the GPU runner's
+arguments, the GPU price and its slot."""
 
 import re
 import subprocess
@@ -14,7 +15,7 @@ from merit_repro.plan.cell import CellConfig
 from merit_repro.plan.validate import validate
 
 REPO = Path(__file__).resolve().parents[1]
-CONFIGS = {"mechanism.yaml": (8, 64, 27), "mechanism_gpu.yaml": (16, 128, 54)}   # small, large batch; grid cells
+CONFIGS = {"mechanism.yaml": (8, 64), "mechanism_gpu.yaml": (16, 128)}   # small, large batch
 RUNNER = REPO / "scripts" / "mechanism_gpu.sh"
 
 
@@ -27,27 +28,34 @@ def cells_of(config):
 
 @pytest.mark.parametrize("name", CONFIGS)
 def test_the_design_the_artifact_reads(name):
-    """Short rule at both batches, the long rule at the large one with the small batch's warmup steps, the QK-norm
-    control for AdamW alone; 64 probes at the same token positions at both batches."""
-    small, large, _ = CONFIGS[name]
+    """Short rule at both batches for AdamW, MERIT at the large one; the long rule at the large one with the small
+    batch's warmup steps, the QK-norm control for AdamW alone; 64 probes at the same token positions at both batches;
+    curve seeds at AdamW's and MERIT's large-batch groups, fresh; no seed of the issue-43 runs (0-4)."""
+    small, large = CONFIGS[name]
     config = validate(configfiles.load(REPO / "config" / name))
-    short, long, control = config["experiments"]["mechanism"]["models"]
+    spec = config["experiments"]["mechanism"]
+    short, long, control = spec["models"]
     cells = cells_of(config)
-    assert sorted(cells) == sorted([(short, o, b) for o in ("adamw", "merit") for b in (small, large)]
-                                   + [(long, "adamw", large), (long, "merit", large), (control, "adamw", large)])
+    assert sorted(cells) == sorted([(short, "adamw", small), (short, "adamw", large), (short, "merit", large),
+                                    (long, "adamw", large), (long, "merit", large), (control, "adamw", large)])
     assert cells[(long, "adamw", large)].lr_warmup_steps == cells[(short, "adamw", small)].lr_warmup_steps
     assert cells[(short, "adamw", large)].lr_warmup_steps < cells[(short, "adamw", small)].lr_warmup_steps
     assert cells[(control, "adamw", large)].qk_norm and not cells[(short, "adamw", large)].qk_norm
     at = lambda cfg: [s * cfg.tokens_per_step for s in cfg.probe_steps()]  # noqa: E731
     assert at(cells[(short, "adamw", small)]) == at(cells[(short, "adamw", large)])
     assert len(at(cells[(short, "adamw", small)])) == 65
-    assert config["experiments"]["mechanism"]["artifacts"][0] == "mal_vs_lr"
+    assert spec["artifacts"][0] == "mal_vs_lr"
+    assert spec["curve"]["batch_sizes"] == {short: {"adamw": [large], "merit": [large]}}
+    assert {2, 4} <= set(spec["curve"]["multiples"])
+    seeds = grid.grid_seeds(config, "mechanism") + grid.claim_seeds(config, "mechanism") + spec["curve"]["seeds"]
+    assert not set(seeds) & set(range(5)) and len(set(seeds)) == len(seeds)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", CONFIGS)
 def test_a_dry_run_plans_the_grid(tmp_path, name):
-    _, _, grid_cells = CONFIGS[name]
+    config = validate(configfiles.load(REPO / "config" / name))
+    grid_cells = len(grid.experiment_cells(config, "mechanism"))
     gpus = ["--resources", "gpu=12"] if "gpu" in name else []
     r = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "2", *gpus, "--configfile",
                         f"config/{name}", "--config", f"results={tmp_path}/results", f"figures={tmp_path}/figures"],
@@ -71,6 +79,23 @@ def test_the_gpu_config_prices_within_ten_gpu_minutes_at_gpt2_smalls_flop_rate(c
     assert grid_minutes + tuning_minutes < 10
     assert cost.main([*args[:3], "gpt2-tiny=fast"]) == 2
     assert capsys.readouterr().err.strip().startswith("error: --rate-of 'gpt2-tiny=fast' must be SIZE=TOKENS_PER_S")
+
+
+def test_the_gpu_config_trains_within_its_slot(capsys):
+    """At the seconds a cell measured on an H200 with 12 side by side (scaled to the config's 2^22 tokens: the
+    config's header), every planned cell trains in under 4 minutes of the slot's 5, without extensions."""
+    config = validate(configfiles.load(REPO / "config" / "mechanism_gpu.yaml"))
+    assert config["tuning"]["max_extensions"] == 0 and config["experiments"]["mechanism"]["tokens"] == 2 ** 22
+    args = ["--configfile", str(REPO / "config" / "mechanism_gpu.yaml"), "--slots", "12", "--cell-seconds", "16=58",
+            "128=33"]
+    assert cost.main(args) == 0
+    out = capsys.readouterr().out
+    cells, seconds = map(int, re.search(r"# (\d+) cells, .* = (\d+) s of training", out).groups())
+    assert cells == 53 and seconds < 240, out
+    assert cost.main([*args[:-1]]) == 2
+    assert "give BATCH=SECONDS for every batch" in capsys.readouterr().err
+    assert cost.main([*args[:4]]) == 2
+    assert "give --slots and --cell-seconds together" in capsys.readouterr().err
 
 
 def runner(*args):
@@ -108,6 +133,7 @@ def test_batch_sizes_per_model_and_optimizer_name_only_the_experiments_optimizer
     config = configfiles.load(REPO / "config" / "mechanism.yaml")
     spec = config["experiments"]["mechanism"]
     assert grid.batch_list(spec, "mech-M-qk", "merit") == [] and grid.batch_list(spec, "mech-M-qk", "adamw") == [64]
+    assert grid.batch_list(spec, "mech-M", "merit") == [64]
     spec["batch_sizes"]["mech-M-qk"] = {"adamW": [64]}
     with pytest.raises(ValueError, match=r"experiments.mechanism.batch_sizes.mech-M-qk.adamW: 'adamW' is not one of "
                                          r"the experiment's optimizers \(adamw, merit\)"):

@@ -20,34 +20,45 @@ def load_script(name):
     return module
 
 
-def test_the_score_is_the_peak_mal_at_the_lr_tuning_would_choose():
+def test_the_premise_is_the_rise_over_half_to_four_times_the_lr_tuning_would_choose():
     pilot = load_script("mechanism_pilot")
-    runs = pd.DataFrame([
-        # lr 8e-3 has the lowest loss on one seed but diverged on the other: out, as tuning rules it out
-        dict(lr="8e-3", seed=200, ok=True, final_val_loss=2.0, peak_mal=90.0),
-        dict(lr="8e-3", seed=201, ok=False, final_val_loss=None, peak_mal=400.0),
-        dict(lr="4e-3", seed=200, ok=True, final_val_loss=2.5, peak_mal=10.0),
-        dict(lr="4e-3", seed=201, ok=True, final_val_loss=2.6, peak_mal=14.0),
-        dict(lr="2e-3", seed=200, ok=True, final_val_loss=2.7, peak_mal=5.0),
-        dict(lr="2e-3", seed=201, ok=True, final_val_loss=2.7, peak_mal=5.0),
-    ])
-    assert pilot.score(runs) == (12.0, "4e-3", pytest.approx(2.55))
-    assert pilot.score(runs[runs.lr == "8e-3"]) == (None, None, None)
+    rows = []
+    # lr 1.6e-2 has the lowest loss on one seed but diverged on the other: out, as tuning rules it out; LR* is 4e-3
+    for lr, losses, mals, ok in [("1e-3", (2.9, 2.9), (4.0, 4.0), True), ("2e-3", (2.7, 2.7), (5.0, 20.0), True),
+                                 ("4e-3", (2.5, 2.6), (10.0, 14.0), True), ("8e-3", (2.6, 2.7), (60.0, 60.0), True),
+                                 ("1.6e-2", (2.0, None), (90.0, 400.0), False),
+                                 ("3.2e-2", (2.8, 2.9), (1000.0, 1000.0), True)]:
+        rows += [dict(lr=lr, seed=200 + i, ok=ok or i == 0, final_val_loss=x, peak_mal=m)
+                 for i, (x, m) in enumerate(zip(losses, mals))]
+    found = pilot.premise(pd.DataFrame(rows), ["1e-3", "2e-3", "4e-3", "8e-3", "1.6e-2", "3.2e-2"])
+    # from LR*/2 = 2e-3 (geometric mean of 5 and 20: 10) to the highest finished LR up to 4 x LR*: 8e-3 (60)
+    assert (found["best_lr"], found["low_lr"], found["high_lr"]) == ("4e-3", "2e-3", "8e-3")
+    assert found["rise"] == pytest.approx(6.0) and not found["premise"]
+    # with 8e-3 at 200 the rise is 20x: the premise holds
+    rows = [r if r["lr"] != "8e-3" else {**r, "peak_mal": 200.0} for r in rows]
+    assert pilot.premise(pd.DataFrame(rows), ["1e-3", "4e-3", "8e-3"])["premise"]
+    # but not when LR* is the top of the range: what lies above it went unseen
+    top = [r for r in rows if r["lr"] in ("1e-3", "2e-3", "4e-3")]
+    assert not pilot.premise(pd.DataFrame(top), ["1e-3", "2e-3", "4e-3"])["premise"]
 
 
-def test_the_projection_counts_every_optimizer_batch_and_seed():
+def test_the_projection_counts_every_planned_cell():
+    """By hand from config/mechanism.yaml: AdamW at batch 8: 6 grid LRs + 3 claim seeds; at 64, AdamW: 6 + 5 (long) +
+    4 (QK-norm) grid LRs, 3 x 3 claim seeds, 6 curve cells; MERIT: 5 + 3 grid LRs, 2 x 3 claim seeds, 6 curve cells."""
     pilot = load_script("mechanism_pilot")
     config = configfiles.load(REPO / "config" / "mechanism.yaml")
-    # 3 optimizers x (5 AdamW LRs + 4 claim seeds) cells per batch, at 1000 tokens/s and half that, on 2 cores (the
-    # pilot's projection, for issue 31's design of 3 optimizers at 2 batches)
-    minutes = pilot.projected_minutes(config, "mechanism", 60_000, 1000.0)
-    assert minutes == pytest.approx(27 * 60_000 * (1 + pilot.SMALL_BATCH_SLOWDOWN) / 1000 / 2 / 60)
+    config.setdefault("results", "results")
+    planned = pilot.planned_cells(config, "mechanism")
+    assert planned.count(("adamw", 8)) == 9 and planned.count(("adamw", 64)) == 15 + 9 + 6
+    assert planned.count(("merit", 64)) == 8 + 6 + 6 and len(planned) == 59
+    minutes = pilot.projected_minutes(planned, 40.0, 64, 2)
+    assert minutes == pytest.approx((9 * 40 * 1.3 + 30 * 40 + 20 * 40 * 1.25) / 2 / 60)
 
 
 def test_a_pilot_refuses_seeds_that_choose_or_report():
     config = configfiles.load(REPO / "config" / "mechanism.yaml")
-    with pytest.raises(UserError, match=r"pilot seeds \[0, 3\] are grid or claim seeds"):
-        refuse_reporting_seeds(config, [0, 3, 200])
+    with pytest.raises(UserError, match=r"pilot seeds \[10, 14\] are grid, claim or curve seeds"):
+        refuse_reporting_seeds(config, [10, 14, 200])
     refuse_reporting_seeds(config, [200, 201])
 
 
@@ -71,12 +82,15 @@ def test_a_pilot_refuses_bad_input_in_one_line(tmp_path, capsys, name, config):
     base = ["--configfile", str(REPO / "config" / config)]
     assert "--jobs 0 must be a finite number > 0" in pilot_error(name, [*base, "--jobs", "0"], capsys)
     assert "--seeds -1 must be a finite number >= 0" in pilot_error(name, [*base, "--seeds", "-1"], capsys)
-    assert "are grid or claim seeds" in pilot_error(name, [*base, "--seeds", "1"], capsys)
+    taken = "11" if name == "mechanism_pilot" else "1"
+    assert "are grid, claim or curve seeds" in pilot_error(name, [*base, "--seeds", taken], capsys)
 
 
 def test_the_mechanism_pilot_refuses_bad_candidates_in_one_line(capsys):
     base = ["--configfile", str(REPO / "config" / "mechanism.yaml")]
-    for flag, value, says in [("--contexts", "-64", "--contexts -64 must be a finite number > 0"),
+    for flag, value, says in [("--geometries", "4x5x48@64", "geometry '4x5x48@64' is not LAYERSxHEADSxWIDTH@CONTEXT"),
+                              ("--geometries", "4x2x48", "geometry '4x2x48' is not LAYERSxHEADSxWIDTH@CONTEXT"),
+                              ("--lrs", "0", "--lrs 0 must be a finite number > 0"),
                               ("--tokens", "0", "--tokens 0 must be a finite number > 0"),
                               ("--budget-minutes", "nan", "--budget-minutes nan must be a finite number > 0"),
                               ("--experiment", "none", "has no experiment 'none'")]:

@@ -74,6 +74,8 @@ MODEL_SIZES = {
     "demo-tiny": dict(n_layer=2, n_head=2, n_embd=64, block_size=128),     # 0.12M params with a byte vocabulary
     "demo-small": dict(n_layer=4, n_head=2, n_embd=48, block_size=128),    # 0.13M: deeper at the same cost
     "demo-medium": dict(n_layer=4, n_head=2, n_embd=64, block_size=128),   # 0.22M
+    # one head of GPT-2's head size, where AdamW's MAL explodes on a CPU (the mechanism pilot, issue 55)
+    "demo-head64": dict(n_layer=2, n_head=1, n_embd=64, block_size=128),   # 0.13M
     # GPT-2's shape at nanoGPT's shakespeare_char size (heads of 64): 10.7M with a byte vocabulary, for one GPU
     "gpt2-6x384": dict(n_layer=6, n_head=6, n_embd=384, block_size=256),
     # The rebuttal's C4 Llamas: GaLore/C-Optim's configs/llama_{100m,250m,350m}.json, sequence length 256

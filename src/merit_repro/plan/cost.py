@@ -5,6 +5,7 @@
     python -m merit_repro.plan.cost --configfile config/mechanism.yaml --cores 2
     python -m merit_repro.plan.cost --configfile config/paper.yaml --from-gpu-check results/gpu_check.json
     python -m merit_repro.plan.cost --configfile config/mechanism_gpu.yaml --rate-of gpt2-small=450000
+    python -m merit_repro.plan.cost --configfile config/mechanism_gpu.yaml --slots 12 --cell-seconds 16=58 128=33
 
 Per experiment: cells, tokens, training FLOPs (6N + attention per token, nanoGPT/PaLM), GPU-hours at the
 stated throughput, and the wall minutes on a CPU of --cores cores (one cell per core, at --cpu-flops per
@@ -16,7 +17,10 @@ counted. --from-gpu-check takes the throughput from a GPU check's table (scripts
 tokens/s of the architecture of the config's largest model, compiled when the config compiles it and the check
 measured it so, else eager (part 8's trainer cell does not name its model). --rate-of SIZE=TOKENS_PER_S takes a
 throughput measured on another model (a named size at its own context, GPT-2 BPE) as a FLOP rate, the same for the
-config's models: an upper bound on the speed of a model too small to fill a GPU alone.
+config's models: an upper bound on the speed of a model too small to fill a GPU alone. --slots N with
+--cell-seconds BATCH=SECONDS ... prices the cells tuning plans before any extension or close call (grid, claim and
+curve seeds: ``planned_cells``) at seconds a cell measured with N cells side by side, N at a time: their
+cell-seconds over N, plus the longest cell (the last round's tail).
 """
 
 import argparse
@@ -38,11 +42,13 @@ from .validate import validate
 
 def tuning_cells(config, group):
     """At most how many cells tuning adds to a group: max_extensions points x the grid seeds, then the claim
-    seeds the grid seeds lack at the best LR (chosen once) and at up to max_rivals close calls of the choice."""
+    seeds the grid seeds lack at the best LR (chosen once) and at up to max_rivals close calls of the choice, and the
+    curve seeds at their multiples of it."""
     spec = grid.tuning_spec(config, group)
     extra_seeds = len(set(spec["claim_seeds"]) - set(spec["grid_seeds"]))
     rivals = min(spec["max_rivals"], len(spec["lrs"]) + spec["max_extensions"] - 1)
-    return spec["max_extensions"] * len(spec["grid_seeds"]) + extra_seeds * (1 + rivals)
+    curve = len(grid.curve_cells(config, group))
+    return spec["max_extensions"] * len(spec["grid_seeds"]) + extra_seeds * (1 + rivals) + curve
 
 
 def estimate(config):
@@ -167,6 +173,45 @@ def gpu_check_rate(path, config):
                     "(bash scripts/gpu_check.sh --parts 6), or give --tokens-per-s-per-gpu")
 
 
+def planned_cells(config):
+    """{batch: cells} every group of the config plans before any extension or close call: its grid with the grid
+    seeds, the claim seeds at its best LR, its curve seeds (distinct cells once)."""
+    by_batch = defaultdict(set)
+    for name in sorted(config["experiments"]):
+        for g in grid.experiment_groups(config, name):
+            key = (g.model, g.tokens, g.optimizer)
+            by_batch[g.batch] |= {(key, lr, s) for lr in g.lrs for s in grid.grid_seeds(config, name)}
+            by_batch[g.batch] |= {(key, "best", s) for s in grid.claim_seeds(config, name)}
+            by_batch[g.batch] |= {(key, f"{k:g}x best", s) for k, s in grid.curve_cells(config, g)}
+    return {b: len(cells) for b, cells in sorted(by_batch.items())}
+
+
+def slot_plan(config, seconds_at, slots):
+    """Lines: the planned cells per batch at their measured seconds, and the seconds slots cells at a time take."""
+    cells = planned_cells(config)
+    lost = sorted(set(cells) - set(seconds_at))
+    if lost:
+        raise UserError(f"--cell-seconds gives no seconds for batch {', '.join(map(str, lost))}: give BATCH=SECONDS "
+                        "for every batch of the config")
+    total = sum(n * seconds_at[b] for b, n in cells.items())
+    tail = max(seconds_at[b] for b in cells)
+    lines = [f"# {n} cells at batch {b}, {seconds_at[b]:g} s each: {n * seconds_at[b]:,.0f} cell-seconds"
+             for b, n in cells.items()]
+    return lines + [f"# {sum(cells.values())} cells, {total:,.0f} cell-seconds on {slots} slots: {total / slots:,.0f} s"
+                    f", + {tail:g} s for the last round's tail = {total / slots + tail:,.0f} s of training"]
+
+
+def cell_seconds(texts):
+    """['16=58', '128=33'] -> {16: 58.0, 128: 33.0}, or a UserError."""
+    out = {}
+    for text in texts:
+        m = re.fullmatch(r"([1-9][0-9]{0,7})=([0-9]{1,6}(?:\.[0-9]+)?)", text)
+        if not m or not float(m[2]) > 0:
+            raise UserError(f"--cell-seconds {text!r} must be BATCH=SECONDS with SECONDS > 0, like 16=58")
+        out[int(m[1])] = float(m[2])
+    return out
+
+
 @cli
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m merit_repro.plan.cost", description=__doc__,
@@ -184,7 +229,12 @@ def main(argv=None):
     parser.add_argument("--cores", type=int, default=2, help="CPU cores, one cell on each (default 2)")
     parser.add_argument("--cpu-flops", type=float, default=CPU_FLOPS_PER_CORE,
                         help=f"training FLOP/s of one cell on one core (default {CPU_FLOPS_PER_CORE:.3g}, measured)")
+    parser.add_argument("--slots", type=int, default=None, help="cells side by side (with --cell-seconds)")
+    parser.add_argument("--cell-seconds", nargs="+", metavar="BATCH=SECONDS", default=None,
+                        help="a cell's measured seconds at each batch, --slots of them side by side")
     args = parser.parse_args(argv)
+    if (args.slots is None) != (args.cell_seconds is None):
+        raise UserError("give --slots and --cell-seconds together")
     for flag in ("cores", "cpu_flops", "peak_flops", "mfu", "tokens_per_s_per_gpu"):
         value = getattr(args, flag)
         if value is not None and not value > 0:
@@ -195,6 +245,11 @@ def main(argv=None):
     bounded("--mfu", args.mfu, 1.0, "a share of the peak")
     config = configfiles.load(args.configfile)
     validate(config)
+    if args.slots is not None:
+        bounded("--slots", args.slots, MAX_CORES, "cells side by side")
+        print(f"# planned cells of {args.configfile}, {args.slots} at a time")
+        print("\n".join(slot_plan(config, cell_seconds(args.cell_seconds), args.slots)))
+        return 0
     tokens_per_s, measured = args.tokens_per_s_per_gpu, "largest model"
     if args.from_gpu_check:
         tokens_per_s, measured = gpu_check_rate(args.from_gpu_check, config)

@@ -79,6 +79,24 @@ def claim_seeds(config, name):
     return [int(s) for s in seeds]
 
 
+def curve_seeds(config, name):
+    """Seeds trained at multiples of a group's chosen LR after the choice (the experiment's ``curve``): they never
+    choose, so an LR-robust statement (merit_repro.report.artifacts.mal_vs_lr) reads them away from the choice."""
+    return [int(s) for s in (config["experiments"][name].get("curve") or {}).get("seeds", [])]
+
+
+def curve_multiples(config, group):
+    """The multiples k of the chosen LR its curve seeds train at, for a group the experiment's curve names (else [])."""
+    curve = config["experiments"][group.experiment].get("curve") or {}
+    at = curve.get("batch_sizes", {}).get(group.model, {})
+    return [float(k) for k in curve.get("multiples", [])] if group.batch in at.get(group.optimizer, []) else []
+
+
+def curve_cells(config, group):
+    """[(multiple, seed)] a group's curve seeds train at once it is tuned (the LR is k x its chosen LR)."""
+    return [(k, s) for k in curve_multiples(config, group) for s in curve_seeds(config, group.experiment)]
+
+
 def second_look_seeds(config):
     """Seeds a second look trains at the chosen LR of each group whose statements the first look left undecided
     for want of seeds (merit_repro.report.looks); none: one look."""
@@ -138,7 +156,9 @@ def tuning_spec(config, group):
             "lrs": list(group.lrs), "grid_seeds": grid_seeds(config, group.experiment),
             "claim_seeds": claim_seeds(config, group.experiment),
             "max_extensions": int(tuning["max_extensions"]), "extension_factor": float(tuning["extension_factor"]),
-            "lr_choice_noise": float(tuning["lr_choice_noise"]), "max_rivals": int(tuning["max_rivals"])}
+            "lr_choice_noise": float(tuning["lr_choice_noise"]), "max_rivals": int(tuning["max_rivals"]),
+            **({"curve_seeds": curve_seeds(config, group.experiment), "curve_multiples": curve_multiples(config, group)}
+               if curve_cells(config, group) else {})}
 
 
 def tuning_owners(config):

@@ -17,7 +17,10 @@ cells have finished, ``decide`` reads their results and asks for at most one mor
    intersection-union test: merit_repro.report.claims), the closest ``max_rivals`` of them (a close call beyond
    those is left untested, and the verdicts it could overturn undecided). A rival whose claim seeds widen the spread can
    make another LR a rival; every round adds cells from a finite set, so this ends too.
-4. Otherwise the group is tuned (``done``).
+4. Otherwise, where the group has curve seeds (``curve_seeds``, ``curve_multiples``: the experiment's ``curve``),
+   those seeds at each multiple k of the best LR (k x best, rounded as an extension is): seeds that never chose,
+   so a statement about the LRs around the choice reads them, not the grid seeds that chose it.
+5. Otherwise the group is tuned (``done``).
 
 The best LR is the lowest mean final validation loss over the grid seeds (the seeds every LR
 has, so extra seeds at one LR never move the choice), ties to the smaller LR. An LR is
@@ -50,7 +53,7 @@ SELECTION_METRIC = "final_val_loss"
 
 ORIGIN_CONFIGURED = "configured"
 # Seeds that report: the claim seeds, and those a second look adds at the same first-choice LR (report.looks)
-CLAIM, SECOND_LOOK = "claim", "second look"
+CLAIM, SECOND_LOOK, CURVE = "claim", "second look", "curve"
 REPORTING = (CLAIM, SECOND_LOOK)
 
 
@@ -222,7 +225,20 @@ def decide(spec, results):
                     "action": f"claim seeds {claim_seeds} at {', '.join(new)}: close calls of the choice {best} "
                               f"(grid-seed loss within {spec['lr_choice_noise']:g} sd of a difference; the group's "
                               f"claim-seed sd {sd:.3g})"}
+    curve = curve_lrs(spec, best)
+    wanted = [(lr, s) for lr in curve for s in spec.get("curve_seeds", []) if (lr, s) not in results]
+    if wanted:
+        return {**record, "done": False, "cells": cells + wanted,
+                "action": f"curve seeds {spec['curve_seeds']} at {', '.join(curve)}: "
+                          f"{', '.join(f'{k:g}' for k in spec['curve_multiples'])} x the choice {best}"}
     return {**record, "done": True, "action": "done", "cells": cells}
+
+
+def curve_lrs(spec, best):
+    """The LRs a group's curve seeds train at: each of its curve multiples of the best LR (none without a best)."""
+    if best is None:
+        return []
+    return [canonical(f"{k * float(best):.3g}") for k in spec.get("curve_multiples", [])]
 
 
 def tune(spec, train):
@@ -240,10 +256,14 @@ def tune(spec, train):
 def annotate(spec, record):
     """The round record as written to disk: the group, and for each cell why it exists (its LR: the
     configured grid or the k-th extension; its seed: a grid or a claim seed)."""
+    curve = dict(zip(curve_lrs(spec, record["best_lr"]), spec.get("curve_multiples", [])))
+
     def origin(lr, seed):
-        lr_origin = ORIGIN_CONFIGURED if lr in spec["lrs"] else f"extension {record['extensions'].index(lr) + 1}"
-        return {"lr": lr, "seed": seed, "lr_origin": lr_origin,
-                "seed_origin": "grid" if seed in spec["grid_seeds"] else CLAIM}
+        lr_origin = (ORIGIN_CONFIGURED if lr in spec["lrs"] else f"extension {record['extensions'].index(lr) + 1}"
+                     if lr in record["extensions"] else f"curve {curve[lr]:g}x")
+        seed_origin = ("grid" if seed in spec["grid_seeds"] else CURVE if seed in spec.get("curve_seeds", [])
+                       else CLAIM)
+        return {"lr": lr, "seed": seed, "lr_origin": lr_origin, "seed_origin": seed_origin}
     return {**record, "group": spec["group"], "cells": [origin(lr, seed) for lr, seed in record["cells"]]}
 
 

@@ -22,8 +22,10 @@ from .cell import CellConfig
 from .grid import (
     COORDINATES,
     Cell,
+    batch_list,
     cell_config,
     claim_seeds,
+    curve_seeds,
     data_dir,
     experiment_cells,
     grid_seeds,
@@ -224,9 +226,32 @@ def experiment_problems(config, name, exp):
     if looked:
         problems.append(f"second_look_seeds: {looked} are also seeds or claim seeds of experiment {name}; a second "
                         "look adds seeds the first did not have: give it other seeds")
+    problems += curve_problems(config, name, exp)
     for artifact in exp.get("artifacts", []):
         if artifact not in ARTIFACTS:
             problems.append(f"{where}.artifacts: {artifact!r} is unknown; known artifacts: {', '.join(ARTIFACTS)}")
+    return problems
+
+
+def curve_problems(config, name, exp):
+    """An experiment's curve: fresh seeds, at groups it trains, never at the chosen LR itself (the claim seeds')."""
+    where, curve = f"experiments.{name}.curve", exp.get("curve")
+    if not curve:
+        return []
+    problems = []
+    taken = set(grid_seeds(config, name)) | set(claim_seeds(config, name)) | set(second_look_seeds(config))
+    if set(curve_seeds(config, name)) & taken:
+        problems.append(f"{where}.seeds: {sorted(set(curve_seeds(config, name)) & taken)} are also grid, claim or "
+                        "second-look seeds; curve seeds must never have chosen or reported: give others")
+    if any(float(k) == 1.0 for k in curve["multiples"]):
+        problems.append(f"{where}.multiples: 1 is the chosen LR, which the claim seeds report: leave it out")
+    for model, by_optimizer in curve["batch_sizes"].items():
+        for optimizer, batches in by_optimizer.items():
+            trained = (batch_list(exp, model, optimizer) if model in exp["models"] and optimizer in exp["optimizers"]
+                       else [])
+            if set(batches) - set(trained):
+                problems.append(f"{where}.batch_sizes: {model} {optimizer} at batch {sorted(set(batches) - set(trained))}"
+                                " is no group of the experiment: name groups it trains")
     return problems
 
 

@@ -8,7 +8,7 @@ otherwise one error names every bad run and how to retrain it.
 from pathlib import Path
 
 from merit_repro.plan.records import cell_fingerprints, file_problems, read_summary
-from merit_repro.plan.tuning import SECOND_LOOK
+from merit_repro.plan.tuning import SECOND_LOOK, curve_lrs
 from merit_repro.utils import UserError
 
 
@@ -49,8 +49,14 @@ def decision_problems(decision, spec):
                         f"{spec['max_extensions']}")
     lrs = set(spec["lrs"]) | set(extensions)
     seeds = set(spec["grid_seeds"]) | set(spec["claim_seeds"]) | set(spec.get("second_look_seeds", []))
+    curve = set(curve_lrs(spec, decision.get("best_lr")))
     for cell in decision.get("cells", []):
-        if cell["lr"] not in lrs or cell["seed"] not in seeds:
+        if cell["seed"] in spec.get("curve_seeds", []):
+            if cell["lr"] not in curve:
+                problems.append(f"its curve seed {cell['seed']} trained lr {cell['lr']}, not one of "
+                                f"{', '.join(sorted(curve, key=float)) or 'no LR'} (its curve multiples of the chosen "
+                                f"LR {decision.get('best_lr')})")
+        elif cell["lr"] not in lrs or cell["seed"] not in seeds:
             problems.append(f"it kept lr {cell['lr']} seed {cell['seed']}, which is not in its grid "
                             f"{sorted(lrs, key=float)} x seeds {sorted(seeds)}")
         elif cell.get("seed_origin") == SECOND_LOOK and cell["lr"] not in [decision.get("best_lr"),

@@ -11,12 +11,12 @@ from merit_repro.utils import UserError
 
 
 def refuse_reporting_seeds(config, seeds):
-    """A UserError if any pilot seed is a grid or claim seed of any experiment of the config."""
+    """A UserError if any pilot seed is a grid, claim or curve seed of any experiment of the config."""
     taken = {s for name in config["experiments"]
-             for s in grid.grid_seeds(config, name) + grid.claim_seeds(config, name)}
+             for s in grid.grid_seeds(config, name) + grid.claim_seeds(config, name) + grid.curve_seeds(config, name)}
     if taken & set(seeds):
-        raise UserError(f"pilot seeds {sorted(taken & set(seeds))} are grid or claim seeds of the config; give others "
-                        "with --seeds (a pilot's seeds never choose or report)")
+        raise UserError(f"pilot seeds {sorted(taken & set(seeds))} are grid, claim or curve seeds of the config; give "
+                        "others with --seeds (a pilot's seeds never choose or report)")
 
 
 def train_one(job):

@@ -25,8 +25,9 @@ from .llama_c4 import llama_c4
 from .loss_curves import loss_curves
 from .lr_sensitivity import lr_sensitivity
 from .mal_tables import mal_tables
-from .mal_vs_lr import mal_vs_lr, mechanism
+from .mal_vs_lr import mal_vs_lr
 from .mal_vs_step import mal_vs_step
+from .mechanism import mechanism
 from .qknorm import qknorm
 from .steps_to_target import steps_to_target
 from .val_loss import lambada_ppl_vs_batch, val_loss_vs_batch
@@ -35,7 +36,8 @@ from .zeroshot import zeroshot
 ARTIFACT_FUNCTIONS = {f.__name__: f for f in (val_loss_vs_batch, lambada_ppl_vs_batch, headline, steps_to_target,
                                                lr_sensitivity, mal_vs_step, mal_tables, mal_vs_lr, loss_curves,
                                                ablation, qknorm, llama_c4, zeroshot)}
-# Lines an artifact derives from its statements' final verdicts (after a second look too): {artifact: recap}
+# Lines an artifact derives from its statements' final verdicts (after a second look too) and its context:
+# {artifact: recap(statements, ctx)}
 ARTIFACT_RECAPS = {"mal_vs_lr": mechanism}
 
 __all__ = ["ARTIFACT_FUNCTIONS", "load_context", "make", "write_index"]
@@ -66,7 +68,7 @@ def make(artifact, experiment, config, runs_csv, cells_csv, best_csv, paper_csv,
         verdict = looks.settle(verdict, first_look, artifact, experiment,
                                Stats.from_report(ctx.report, 2, look=1).alpha)
     if artifact in ARTIFACT_RECAPS:
-        verdict["recap"] = ARTIFACT_RECAPS[artifact](verdict["statements"])
+        verdict["recap"] = ARTIFACT_RECAPS[artifact](verdict["statements"], ctx)
     caption = (f"{verdict['reproduces']} ({experiment}): ours (mean ± std over the claim seeds) beside the paper's "
                f"numbers where the setting is the paper's. {protocol(config)}")
     write_table(table, prefix, caption)
