@@ -187,17 +187,30 @@ def read_json(path):
         return parse_data(f.read(), path)
 
 
-def read_plain_json(path, limit):
-    """A JSON file's content, read without following a link or opening a special file (a FIFO would block, /dev/zero
-    never end) and at most limit bytes of it: a ValueError saying why not, an OSError where it cannot be read."""
+def open_plain(path):
+    """A file opened for reading in binary, without following a link or opening a special file (a FIFO would block,
+    /dev/zero never end): a ValueError saying why not, an OSError where it cannot be opened."""
     st = os.lstat(path)
     if not stat.S_ISREG(st.st_mode):
         raise ValueError("a symlink or special file" if stat.S_ISLNK(st.st_mode) else "not a plain file")
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)   # (swapped for either since the lstat)
-    with os.fdopen(fd, "rb") as f:
+    return os.fdopen(fd, "rb")
+
+
+def read_plain_bytes(path, limit):
+    """A file's bytes, opened as open_plain opens it, at most limit bytes of it: a ValueError saying why not, an
+    OSError where it cannot be read."""
+    with open_plain(path) as f:
         data = f.read(limit + 1)
     if len(data) > limit:
         raise ValueError(f"larger than {limit:,} bytes")
+    return data
+
+
+def read_plain_json(path, limit):
+    """A JSON file's content, read as read_plain_bytes reads it: a ValueError saying why not (nor JSON), an OSError
+    where it cannot be read."""
+    data = read_plain_bytes(path, limit)
     try:
         return json.loads(data)
     except RecursionError:
