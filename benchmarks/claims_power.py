@@ -38,20 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from merit_repro.plan import grid  # noqa: E402
 from merit_repro.report.artifacts import load_context  # noqa: E402
 from merit_repro.report.artifacts.context import PAIRS  # noqa: E402
-from merit_repro.report.claims import (  # noqa: E402
-    DECIDED,
-    EQUIVALENT,
-    HELD,
-    NOT_HELD,
-    Estimate,
-    Setting,
-    Stats,
-    compare,
-    of_values,
-    statement,
-    t_critical,
-    t_one_sided,
-)
+from merit_repro.report.claims import DECIDED, EQUIVALENT, HELD, NOT_HELD, Setting, statement  # noqa: E402
+from merit_repro.report.stats import Estimate, Stats, compare, of_values, t_critical, t_one_sided  # noqa: E402
 
 ALPHA = 0.05
 PAPER_NUMBERS = Path(__file__).resolve().parents[1] / "workflow" / "resources" / "paper_numbers.csv"

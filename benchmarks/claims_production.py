@@ -53,7 +53,8 @@ from merit_repro.config.configfiles import schema_defaults  # noqa: E402
 from merit_repro.report.artifacts import ARTIFACT_FUNCTIONS, load_context  # noqa: E402
 from merit_repro.report.artifacts.looks import settle  # noqa: E402
 from merit_repro.report.artifacts.mechanism import FAMILY, mechanism  # noqa: E402
-from merit_repro.report.claims import EQUIVALENT, HELD, NOT_HELD, Stats  # noqa: E402
+from merit_repro.report.claims import EQUIVALENT, HELD, NOT_HELD  # noqa: E402
+from merit_repro.report.stats import Stats  # noqa: E402
 
 MECHANISM_LRS = [1.0e-3, 2.0e-3, 4.0e-3, 8.0e-3, 1.6e-2]
 

@@ -254,12 +254,13 @@ MUTATIONS = [
     M("export_tanh_gelu", "the export declares GPT-2's tanh GELU where ours is exact", "src/merit_repro/evals/export.py",
       [('activation_function="gelu"', 'activation_function="gelu_new"')], ZEROSHOT),
     # -- results bundles: what a rebuilt report is made from
-    M("bundle_no_hash", "a bundle's files not checked against their manifest", "src/merit_repro/report/bundle.py",
+    M("bundle_no_hash", "a bundle's files not checked against their manifest", "src/merit_repro/bundle/safetar.py",
       [("        if sha256_bytes(got) != want[\"sha256\"]:", "        if False:")],
       BUNDLE),
-    M("bundle_overwrites", "unpacking overwrites a local file with other content", "src/merit_repro/report/bundle.py",
+    M("bundle_overwrites", "unpacking overwrites a local file with other content", "src/merit_repro/bundle/rebuild.py",
       [("    if clashes:\n", "    if False:\n")], BUNDLE),
-    M("bundle_config_ignored", "a bundle made with another config rebuilds the report", "src/merit_repro/report/bundle.py",
+    M("bundle_config_ignored", "a bundle made with another config rebuilds the report",
+      "src/merit_repro/bundle/rebuild.py",
       [("    if differences:\n", "    if False:\n")], BUNDLE),
 ]
 

@@ -12,8 +12,9 @@ import json
 import math
 from pathlib import Path
 
+from merit_repro import bundle
 from merit_repro.plan import grid, tuning
-from merit_repro.report import bundle, tables
+from merit_repro.report import tables
 from merit_repro.report.artifacts import make, write_index
 from merit_repro.report.second_look import first_look
 from merit_repro.train.runfiles import MAL_COLUMNS, METRICS_COLUMNS

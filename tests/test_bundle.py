@@ -1,4 +1,4 @@
-"""Results bundles (merit_repro.report.bundle) on a results tree made here: the same runs give the same bytes, a
+"""Results bundles (merit_repro.bundle) on a results tree made here: the same runs give the same bytes, a
 bundle that does not verify or is another config's is refused naming what differs, unpacking never overwrites.
 The workflow's bundle -> rebuild round trip is in test_workflow.py."""
 
@@ -17,7 +17,7 @@ import pytest
 import yaml
 from synthetic import BUNDLE_CONFIG, make_bundle, make_tree
 
-from merit_repro.report import bundle
+from merit_repro import bundle
 from merit_repro.utils import UserError
 
 

@@ -160,7 +160,7 @@ def test_a_merge_onto_a_file_where_a_run_goes_writes_nothing(tmp_path, capsys, b
     """A file where a run's folder goes (or a folder where its file goes): refused before origin/ is written."""
     from synthetic import make_bundle
 
-    from merit_repro.report import bundle
+    from merit_repro import bundle
 
     path, _ = make_bundle(tmp_path)
     local = tmp_path / "local"

@@ -9,16 +9,8 @@ import pytest
 
 from merit_repro.plan.tuning import SELECTION_METRIC, choice_margin, choice_sd, decide, t_cdf, t_quantile, tune
 from merit_repro.report.artifacts.index import bh_families, not_kept
-from merit_repro.report.claims import (
-    CLOSE_CALL,
-    HELD,
-    INCONCLUSIVE,
-    NOT_HELD,
-    Setting,
-    Stats,
-    of_values,
-    statement,
-)
+from merit_repro.report.claims import CLOSE_CALL, HELD, INCONCLUSIVE, NOT_HELD, Setting, statement
+from merit_repro.report.stats import Stats, of_values
 
 S = Stats(alpha=0.05, tolerance=0.005)
 SPEC = dict(lrs=["1e-3", "2e-3", "4e-3"], grid_seeds=[0], claim_seeds=[1, 2, 3], max_extensions=2,
@@ -202,7 +194,7 @@ def test_close_calls_beyond_max_rivals_are_recorded_untrained():
 
 def test_the_texts_name_the_settings_holm_ran_over():
     """A setting without a result takes no part in Holm's correction, and the words do not count it."""
-    from merit_repro.report.claims import Estimate
+    from merit_repro.report.stats import Estimate
 
     def setting(batch, a, b):
         x = of_values("x", values(a), ("S", batch), False, "1e-3", SELECTION_METRIC, (), ("S", "x", batch))

@@ -261,7 +261,7 @@ def test_an_installed_packages_optimizer_is_tuned_tabled_drawn_compared_and_bund
     r = snakemake(workdir, "bundle", config=config, env=with_package)
     assert r.returncode == 0, r.stderr[-3000:]
     (bundle,) = (workdir / "results" / "bundle").glob("*.tar.gz")
-    inspected = subprocess.run([sys.executable, "-m", "merit_repro.report.bundle", "inspect", str(bundle), "--config"],
+    inspected = subprocess.run([sys.executable, "-m", "merit_repro.bundle", "inspect", str(bundle), "--config"],
                                capture_output=True, text=True, cwd=REPO)
     assert inspected.returncode == 0, inspected.stderr
     assert yaml.safe_load(inspected.stdout)["optimizers"]["signum"]["version"] == "0.1.0"

@@ -14,7 +14,8 @@ from merit_repro.plan.tuning import write_json
 from merit_repro.plan.validate import validate
 from merit_repro.report.artifacts import make
 from merit_repro.report.artifacts.looks import settle
-from merit_repro.report.claims import Setting, Stats, of_values, statement
+from merit_repro.report.claims import Setting, statement
+from merit_repro.report.stats import Stats, of_values
 from merit_repro.report.integrity import decision_problems
 from merit_repro.report.second_look import audit_first_look, check_looked
 from merit_repro.utils import UserError
@@ -116,7 +117,7 @@ def test_the_looks_split_alpha_as_the_config_says():
     """report.first_look_share (0.2 by default, from benchmarks/claims_power.py part 4): the first look at 0.01, the
     second at 0.04, their sum the report's alpha; one look takes it whole."""
     from merit_repro.config.configfiles import schema_defaults
-    from merit_repro.report.claims import Stats
+    from merit_repro.report.stats import Stats
 
     report = schema_defaults("report")
     first, second = (Stats.from_report(report, 2, look).alpha for look in (1, 2))
@@ -187,7 +188,8 @@ def test_a_comparison_the_first_look_settled_is_printed_with_its_seeds_wherever_
     the first look did (one comparison, one set of seeds, one verdict), and its verdict is combined from both looks'."""
     from merit_repro.plan.tuning import SELECTION_METRIC
     from merit_repro.report.artifacts.looks import FIRST, SECOND, looked, settle
-    from merit_repro.report.claims import HELD, Setting, Stats, of_values, statement
+    from merit_repro.report.claims import HELD, Setting, statement
+    from merit_repro.report.stats import Stats, of_values
     from merit_repro.report.artifacts.context import record as record_of
 
     stats = Stats(alpha=0.025, tolerance=0.005)

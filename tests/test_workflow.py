@@ -180,7 +180,7 @@ def test_a_forged_run_in_a_bundle_fails_the_rebuilds_audit(finished, tmp_path):
     then differ from the bundle's own, and the audit stops it before any artifact, naming the rows."""
     import hashlib
 
-    from merit_repro.report import bundle
+    from merit_repro import bundle
 
     origin = tmp_path / "origin"
     shutil.copytree(finished, origin, symlinks=True)
@@ -202,7 +202,7 @@ def test_a_forged_run_in_a_bundle_fails_the_rebuilds_audit(finished, tmp_path):
 
 
 def test_a_tampered_or_foreign_bundle_is_refused_before_any_job(finished, tmp_path):
-    from merit_repro.report import bundle
+    from merit_repro import bundle
 
     origin = tmp_path / "origin"
     shutil.copytree(finished, origin, symlinks=True)

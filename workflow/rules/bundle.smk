@@ -1,4 +1,4 @@
-# Results bundles (merit_repro.report.bundle): `snakemake bundle` packs what the report reads; with `--config bundle=PATH`
+# Results bundles (merit_repro.bundle): `snakemake bundle` packs what the report reads; with `--config bundle=PATH`
 # the report is rebuilt from one, its files unpacked where training and tuning would have put them.
 
 
@@ -47,7 +47,7 @@ if BUNDLE:
             python=PYTHON,
             results=lambda wc, input: str(paths.results_of_table(input.tables[0])),
         shell:
-            "{params.python:q} -m merit_repro.report.bundle audit --results {params.results:q} > {output:q} "
+            "{params.python:q} -m merit_repro.bundle audit --results {params.results:q} > {output:q} "
             "2> {log:q} || (cat {log:q} >&2; exit 1)"
 
     if SECOND_LOOK:
@@ -91,4 +91,4 @@ if BUNDLE:
             python=PYTHON,
             results=lambda wc, output: str(paths.results_of_corpus(output.data[0])),
         shell:
-            "{params.python:q} -m merit_repro.report.bundle unpack {input:q} --into {params.results:q} > {log:q} 2>&1"
+            "{params.python:q} -m merit_repro.bundle unpack {input:q} --into {params.results:q} > {log:q} 2>&1"

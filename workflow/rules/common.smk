@@ -27,7 +27,7 @@ from merit_repro.plan import grid, paths, runtime, tuning
 from merit_repro.plan import resources as job_resources
 from merit_repro.plan.cell import split_settings
 from merit_repro.plan.validate import corpus_problems, optimizer_settings, source_problems, validate as check_config
-from merit_repro.report import bundle
+from merit_repro import bundle
 from merit_repro.train import tracking
 from merit_repro.utils import UserError, failure_line
 

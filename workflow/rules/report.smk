@@ -93,6 +93,10 @@ rule select_best_lr:
         "../scripts/select_best_lr.py"
 
 
+def experiment_spec(wildcards):
+    return grid.sorted_dict(config["experiments"][wildcards.experiment])
+
+
 rule artifact:
     input:
         runs=paths.table(RESULTS, "runs.csv"),
@@ -116,7 +120,7 @@ rule artifact:
         ENV
     params:
         report=grid.sorted_dict(config["report"]),
-        experiment=lambda wc: grid.sorted_dict(config["experiments"][wc.experiment]),
+        experiment=experiment_spec,
     script:
         "../scripts/artifact.py"
 

@@ -5,15 +5,66 @@
 # Cores, memory and nodes scale with the cell's GPUs (merit_repro.plan.resources).
 # Then, per group of cells (experiment, model, optimizer, batch), the LR tuning rounds (merit_repro.plan.tuning).
 
+
+# What a training job asks for and runs with, from its wildcards (and the attempt: a retried job asks for more).
+def train_mem_mb(wildcards, attempt):
+    return job_resources.mem_mb(config, wildcards.model, attempt)
+
+
+def train_runtime(wildcards, attempt):
+    return math.ceil(job_minutes(wildcards, attempt))
+
+
+def train_slurm_extra(wildcards, attempt):
+    return job_resources.slurm_extra(config, wildcards.model, job_minutes(wildcards, attempt))
+
+
+def train_signal_lead(wildcards, attempt):
+    return job_resources.signal_lead(config, job_minutes(wildcards, attempt))
+
+
+def train_run_settings(wildcards):
+    """How the cell runs (save_model, compile, ...): a resource, so that changing it retrains nothing."""
+    return json.dumps(split_settings(cell_of(wildcards))[1], sort_keys=True)
+
+
+def train_cell(wildcards):
+    """The cell's result settings: its identity, the rule's one tracked param."""
+    return json.dumps(split_settings(cell_of(wildcards))[0], sort_keys=True)
+
+
+def train_threads(wildcards):
+    return job_resources.threads(config, wildcards.model)
+
+
+def train_gpus(wildcards):
+    return grid.model_gpus(config, wildcards.model)
+
+
+def train_nodes(wildcards):
+    return job_resources.nodes(config, wildcards.model)
+
+
+def run_folder(wildcards, output):
+    return str(Path(output.summary).parent)
+
+
+def group_json(wildcards):
+    return json.dumps(grid.tuning_spec(config, group_of(wildcards))["group"], sort_keys=True)
+
+
+def final_decision(wildcards):
+    return final_round(wildcards)[0]
+
+
 # What every training job asks for besides its GPUs and nodes (`use rule ... with:` replaces a rule's resources whole)
 TRAIN_RESOURCES = dict(
-    mem_mb=lambda wc, attempt: job_resources.mem_mb(config, wc.model, attempt),
-    runtime=lambda wc, attempt: math.ceil(job_minutes(wc, attempt)),
-    time_budget_s=lambda wc, attempt: time_budget_seconds(wc, attempt),
-    slurm_extra=lambda wc, attempt: job_resources.slurm_extra(config, wc.model, job_minutes(wc, attempt)),
-    signal_lead_s=lambda wc, attempt: job_resources.signal_lead(config, job_minutes(wc, attempt)),
-    # how the cell runs (save_model, compile, ...): a resource, so that changing it retrains nothing
-    run_settings=lambda wc: json.dumps(split_settings(cell_of(wc))[1], sort_keys=True),
+    mem_mb=train_mem_mb,
+    runtime=train_runtime,
+    time_budget_s=time_budget_seconds,
+    slurm_extra=train_slurm_extra,
+    signal_lead_s=train_signal_lead,
+    run_settings=train_run_settings,
 )
 
 
@@ -30,16 +81,16 @@ rule train:
         model=_alternatives(ONE_NODE_MODELS) or "(?!)",  # (?!) matches nothing
     conda:
         ENV
-    threads: lambda wc: job_resources.threads(config, wc.model)
+    threads: train_threads
     resources:
         **TRAIN_RESOURCES,
-        gpu=lambda wc: grid.model_gpus(config, wc.model),
+        gpu=train_gpus,
         nodes=1,
     params:
         python=EXEC_PYTHON,
-        cell=lambda wc: json.dumps(split_settings(cell_of(wc))[0], sort_keys=True),
-        gpus=lambda wc: grid.model_gpus(config, wc.model),
-        out_dir=lambda wc, output: str(Path(output.summary).parent),
+        cell=train_cell,
+        gpus=train_gpus,
+        out_dir=run_folder,
     shell:
         "{params.python} -m merit_repro.launch --cell {params.cell:q} --run-settings {resources.run_settings:q} "
         "--out {params.out_dir:q} --gpus {params.gpus} --nodes {resources.nodes} --threads {threads} "
@@ -57,8 +108,8 @@ if MULTI_NODE_MODELS:
         resources:
             **TRAIN_RESOURCES,
             gpu=0,
-            nodes=lambda wc: job_resources.nodes(config, wc.model),
-            tasks=lambda wc: job_resources.nodes(config, wc.model),
+            nodes=train_nodes,
+            tasks=train_nodes,
             mpi="srun",
 
 
@@ -85,7 +136,7 @@ checkpoint tune_lr:
 # and every cell it kept has finished.
 rule tuned_group:
     input:
-        decision=lambda wc: final_round(wc)[0],
+        decision=final_decision,
         runs=final_runs,
     output:
         paths.tuning_final(RESULTS, "{experiment}", "{model}", "{optimizer}", "{batch}"),
@@ -95,7 +146,7 @@ rule tuned_group:
         ENV
     params:
         python=EXEC_PYTHON,
-        group=lambda wc: json.dumps(grid.tuning_spec(config, group_of(wc))["group"], sort_keys=True),
+        group=group_json,
     shell:
         "{params.python} -m merit_repro.plan.tuning --adopt {input.decision:q} --group {params.group:q} "
         "--out {output:q} > {log:q} 2>&1"

@@ -3,9 +3,31 @@
 # (grid.keeps_weights); local stand-in tasks are built from a corpus's validation split first.
 
 
+def task_spec(wildcards):
+    return ZEROSHOT["local_tasks"][wildcards.task]
+
+
+def task_corpus(wildcards):
+    """The prepared corpus a local task is built from (its meta.json)."""
+    return f"{grid.data_dir(config, task_spec(wildcards)['data'])}/meta.json"
+
+
+def folder_of(path):
+    return str(Path(path).parent)
+
+
+def scoring_gpus(wildcards):
+    """One GPU for scoring where the model trains on GPUs (lm-eval's hf model runs on one), else none."""
+    return min(1, grid.model_gpus(config, wildcards.model))
+
+
+def scoring_device(wildcards):
+    return "" if grid.model_gpus(config, wildcards.model) else "--device cpu"
+
+
 rule zeroshot_task:
     input:
-        lambda wc: f"{grid.data_dir(config, ZEROSHOT['local_tasks'][wc.task]['data'])}/meta.json",
+        task_corpus,
     output:
         yaml=f"{ZEROSHOT_TASKS}/{{task}}.yaml",
         jsonl=f"{ZEROSHOT_TASKS}/{{task}}.jsonl",
@@ -15,9 +37,9 @@ rule zeroshot_task:
         ENV
     params:
         python=EXEC_PYTHON,
-        data=lambda wc, input: str(Path(input[0]).parent),
-        spec=lambda wc: ZEROSHOT["local_tasks"][wc.task],
-        out=lambda wc, output: str(Path(output.yaml).parent),
+        data=lambda wc, input: folder_of(input[0]),
+        spec=task_spec,
+        out=lambda wc, output: folder_of(output.yaml),
     shell:
         "{params.python} -m merit_repro.evals.zeroshot next-line --data {params.data:q} --out {params.out:q} "
         "--name {wildcards.task} --examples {params.spec[examples]} --max-chars {params.spec[max_chars]} "
@@ -39,14 +61,14 @@ rule zeroshot:
         ENV
     threads: 1
     resources:
-        gpu=lambda wc: min(1, grid.model_gpus(config, wc.model)),
+        gpu=scoring_gpus,
         mem_mb=8000,
     params:
         python=EXEC_PYTHON,
         offline=ZEROSHOT_OFFLINE,
         args=zeroshot_args,
         runs=lambda wc, input: run_flags(input.runs),
-        device=lambda wc: "" if grid.model_gpus(config, wc.model) else "--device cpu",
+        device=scoring_device,
     shell:
         "export {params.offline}OMP_NUM_THREADS={threads}; {params.python} -m merit_repro.evals.zeroshot eval "
         "{params.runs} {params.args} {params.device} --out {output:q} > {log:q} 2>&1"

@@ -1,4 +1,4 @@
-"""The tuned groups' runs, tables and corpora's meta.json -> results/bundle/<name>.tar.gz (merit_repro.report.bundle).
+"""The tuned groups' runs, tables and corpora's meta.json -> results/bundle/<name>.tar.gz (merit_repro.bundle).
 A bundle that cannot be made (a full disk, an unfinished run) is one `error:` line, in the log and on the console."""
 import json
 import sys
@@ -6,7 +6,7 @@ import sys
 error_stream = sys.stderr
 sys.stderr = sys.stdout = open(snakemake.log[0], "w")
 
-from merit_repro.report import bundle  # noqa: E402
+from merit_repro import bundle  # noqa: E402
 from merit_repro.utils import UserError, git_commit  # noqa: E402
 
 decisions = {path: json.loads(open(path).read()) for path in snakemake.input.decisions}

@@ -256,7 +256,7 @@ def check_out(out, folders):
 def config_folders(configfile):
     """(results, figures, bundle) of a workflow config file: its folders (the schema's defaults where it sets none)
     and the bundle `snakemake bundle` writes for it."""
-    from merit_repro.report.bundle import default_name   # here only: the other modes never need it
+    from merit_repro.bundle import default_name   # here only: the other modes never need it
 
     (config,) = configfiles.check([configfile])
     if not isinstance(config, dict):

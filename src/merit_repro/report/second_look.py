@@ -23,7 +23,7 @@ from merit_repro.plan.records import LOOK_TYPES, read_typed
 from merit_repro.plan.tuning import with_second_look, write_json
 from merit_repro.report.artifacts import ARTIFACT_FUNCTIONS, load_context
 from merit_repro.report.artifacts.looks import REDO, looked
-from merit_repro.report.claims import Stats
+from merit_repro.report.stats import Stats
 from merit_repro.report.tables import best_lr_table, runs_table
 from merit_repro.utils import UserError, one_line
 

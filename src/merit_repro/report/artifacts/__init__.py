@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from merit_repro.plan import paths
-from merit_repro.report.claims import Stats
+from merit_repro.report.stats import Stats
 from merit_repro.report.tables import write_table
 
 from .ablation import ablation

@@ -19,19 +19,8 @@ from merit_repro.config import optimizer_sources
 from merit_repro.config.registry import OPTIMIZERS
 from merit_repro.plan.grid import grid_seeds, looks
 from merit_repro.plan.tuning import CLAIM, SELECTION_METRIC, choice_margin
-from merit_repro.report.claims import (
-    ADDED,
-    DESCRIPTIVE,
-    NO_WORSE,
-    PAPER,
-    Estimate,
-    Pooled,
-    Setting,
-    Stats,
-    finite_mean,
-    of_values,
-    statement,
-)
+from merit_repro.report.claims import ADDED, DESCRIPTIVE, NO_WORSE, PAPER, Setting, finite_mean, statement
+from merit_repro.report.stats import Estimate, Pooled, Stats, of_values
 from merit_repro.report.figures import draw, save
 
 from .paper import PaperNumbers, _per, budget_only

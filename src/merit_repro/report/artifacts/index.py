@@ -8,7 +8,8 @@ import pandas as pd
 
 from merit_repro.config.configfiles import with_defaults
 from merit_repro.plan.grid import looks, second_look_seeds
-from merit_repro.report.claims import PAPER, Stats, benjamini_hochberg
+from merit_repro.report.claims import PAPER
+from merit_repro.report.stats import Stats, benjamini_hochberg
 from merit_repro.report.tables import to_markdown
 
 from .looks import by_statement

@@ -13,7 +13,8 @@ from pathlib import Path
 import pandas as pd
 
 from merit_repro.config.registry import OPTIMIZERS
-from merit_repro.report.claims import Estimate, Pooled, Setting, of_values, statement
+from merit_repro.report.claims import Setting, statement
+from merit_repro.report.stats import Estimate, Pooled, of_values
 from merit_repro.report.figures import Line, Panel
 from merit_repro.report.mal import mal_by_layer, spikes_kept
 

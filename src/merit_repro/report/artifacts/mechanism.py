@@ -50,18 +50,8 @@ import pandas as pd
 from merit_repro.plan.cell import WARMUP_RULES, CellConfig
 from merit_repro.plan.grid import cell_config, grid_seeds
 from merit_repro.plan.tuning import CURVE, SELECTION_METRIC, curve_lrs
-from merit_repro.report.claims import (
-    DESCRIPTIVE,
-    EQUIVALENT,
-    HELD,
-    NO_WORSE,
-    NOT_HELD,
-    Estimate,
-    Setting,
-    holm,
-    of_values,
-    statement,
-)
+from merit_repro.report.claims import DESCRIPTIVE, EQUIVALENT, HELD, NOT_HELD, NO_WORSE, Setting, statement
+from merit_repro.report.stats import Estimate, holm, of_values
 
 from .context import log_of
 from .paper import _per

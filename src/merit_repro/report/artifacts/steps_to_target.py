@@ -13,7 +13,8 @@ derived before the runs); an experiment without one cannot test the figure.
 
 import pandas as pd
 
-from merit_repro.report.claims import Estimate, Setting, finite_mean, statement
+from merit_repro.report.claims import Setting, finite_mean, statement
+from merit_repro.report.stats import Estimate
 from merit_repro.report.figures import Line, Panel
 
 from .context import record

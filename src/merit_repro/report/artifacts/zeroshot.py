@@ -24,7 +24,8 @@ import pandas as pd
 
 from merit_repro.config.registry import OPTIMIZERS
 from merit_repro.plan.paths import zeroshot_file
-from merit_repro.report.claims import LOWER, NO_WORSE, Estimate, Pooled, Setting, of_values, statement
+from merit_repro.report.claims import LOWER, NO_WORSE, Setting, statement
+from merit_repro.report.stats import Estimate, Pooled, of_values
 from merit_repro.report.figures import Line, Panel
 
 from .context import record
