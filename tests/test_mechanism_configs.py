@@ -2,6 +2,7 @@
 rules, the QK-norm control, probes at the same tokens, curve seeds at the large batch), their dry runs, the GPU runner's
 arguments, the GPU price and its slot."""
 
+import os
 import re
 import subprocess
 import sys
@@ -138,3 +139,14 @@ def test_batch_sizes_per_model_and_optimizer_name_only_the_experiments_optimizer
     with pytest.raises(ValueError, match=r"experiments.mechanism.batch_sizes.mech-M-qk.adamW: 'adamW' is not one of "
                                          r"the experiment's optimizers \(adamw, merit\)"):
         validate(config)
+
+
+@pytest.mark.slow
+def test_the_gpu_runners_dry_run_prints_the_plan_and_its_slot_price(tmp_path):
+    r = subprocess.run(["bash", str(RUNNER), "--dry-run", "--no-setup", "--", "--config",
+                        f"results={tmp_path}/results", f"figures={tmp_path}/figures"], capture_output=True, text=True,
+                       timeout=300, env={**os.environ, "PYTHON": sys.executable})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "This was a dry-run" in r.stdout + r.stderr
+    seconds = int(re.search(r"# 53 cells, .* = (\d+) s of training", r.stdout)[1])
+    assert seconds < 240
