@@ -429,7 +429,7 @@ def test_mal_probes_are_taken_at_their_steps_through_a_stop_and_resume(tmp_path,
 
     def record_then_stop(row, evaluate):
         if row["step"] == 7:
-            run.stop_signal = signal.SIGTERM   # seen at the next step's stop check, after its probe
+            run.stops.signal = signal.SIGTERM   # seen at the next step's stop check, after its probe
         return record(row, evaluate)
     run.record = record_then_stop
     with pytest.raises(loop.Stop):

@@ -408,3 +408,89 @@ def final_outputs():
     for name in config["experiments"]:
         outputs += [f"{prefix}{ext}" for prefix in experiment_artifacts(name) for ext in (".png", ".md")]
     return outputs
+
+
+# ---------------------------------------------------------------- train.smk's input functions
+
+
+# What a training job asks for and runs with, from its wildcards (and the attempt: a retried job asks for more).
+def train_mem_mb(wildcards, attempt):
+    return job_resources.mem_mb(config, wildcards.model, attempt)
+
+
+def train_runtime(wildcards, attempt):
+    return math.ceil(job_minutes(wildcards, attempt))
+
+
+def train_slurm_extra(wildcards, attempt):
+    return job_resources.slurm_extra(config, wildcards.model, job_minutes(wildcards, attempt))
+
+
+def train_signal_lead(wildcards, attempt):
+    return job_resources.signal_lead(config, job_minutes(wildcards, attempt))
+
+
+def train_run_settings(wildcards):
+    """How the cell runs (save_model, compile, ...): a resource, so that changing it retrains nothing."""
+    return json.dumps(split_settings(cell_of(wildcards))[1], sort_keys=True)
+
+
+def train_cell(wildcards):
+    """The cell's result settings: its identity, the rule's one tracked param."""
+    return json.dumps(split_settings(cell_of(wildcards))[0], sort_keys=True)
+
+
+def train_threads(wildcards):
+    return job_resources.threads(config, wildcards.model)
+
+
+def train_gpus(wildcards):
+    return grid.model_gpus(config, wildcards.model)
+
+
+def train_nodes(wildcards):
+    return job_resources.nodes(config, wildcards.model)
+
+
+def run_folder(wildcards, output):
+    return str(Path(output.summary).parent)
+
+
+def group_json(wildcards):
+    return json.dumps(grid.tuning_spec(config, group_of(wildcards))["group"], sort_keys=True)
+
+
+def final_decision(wildcards):
+    return final_round(wildcards)[0]
+
+
+# ---------------------------------------------------------------- zeroshot.smk's input functions
+
+
+def task_spec(wildcards):
+    return ZEROSHOT["local_tasks"][wildcards.task]
+
+
+def task_corpus(wildcards):
+    """The prepared corpus a local task is built from (its meta.json)."""
+    return f"{grid.data_dir(config, task_spec(wildcards)['data'])}/meta.json"
+
+
+def folder_of(path):
+    return str(Path(path).parent)
+
+
+def scoring_gpus(wildcards):
+    """One GPU for scoring where the model trains on GPUs (lm-eval's hf model runs on one), else none."""
+    return min(1, grid.model_gpus(config, wildcards.model))
+
+
+def scoring_device(wildcards):
+    return "" if grid.model_gpus(config, wildcards.model) else "--device cpu"
+
+
+# ---------------------------------------------------------------- report.smk's input functions
+
+
+def experiment_spec(wildcards):
+    return grid.sorted_dict(config["experiments"][wildcards.experiment])

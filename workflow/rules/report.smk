@@ -93,10 +93,6 @@ rule select_best_lr:
         "../scripts/select_best_lr.py"
 
 
-def experiment_spec(wildcards):
-    return grid.sorted_dict(config["experiments"][wildcards.experiment])
-
-
 rule artifact:
     input:
         runs=paths.table(RESULTS, "runs.csv"),

@@ -6,57 +6,6 @@
 # Then, per group of cells (experiment, model, optimizer, batch), the LR tuning rounds (merit_repro.plan.tuning).
 
 
-# What a training job asks for and runs with, from its wildcards (and the attempt: a retried job asks for more).
-def train_mem_mb(wildcards, attempt):
-    return job_resources.mem_mb(config, wildcards.model, attempt)
-
-
-def train_runtime(wildcards, attempt):
-    return math.ceil(job_minutes(wildcards, attempt))
-
-
-def train_slurm_extra(wildcards, attempt):
-    return job_resources.slurm_extra(config, wildcards.model, job_minutes(wildcards, attempt))
-
-
-def train_signal_lead(wildcards, attempt):
-    return job_resources.signal_lead(config, job_minutes(wildcards, attempt))
-
-
-def train_run_settings(wildcards):
-    """How the cell runs (save_model, compile, ...): a resource, so that changing it retrains nothing."""
-    return json.dumps(split_settings(cell_of(wildcards))[1], sort_keys=True)
-
-
-def train_cell(wildcards):
-    """The cell's result settings: its identity, the rule's one tracked param."""
-    return json.dumps(split_settings(cell_of(wildcards))[0], sort_keys=True)
-
-
-def train_threads(wildcards):
-    return job_resources.threads(config, wildcards.model)
-
-
-def train_gpus(wildcards):
-    return grid.model_gpus(config, wildcards.model)
-
-
-def train_nodes(wildcards):
-    return job_resources.nodes(config, wildcards.model)
-
-
-def run_folder(wildcards, output):
-    return str(Path(output.summary).parent)
-
-
-def group_json(wildcards):
-    return json.dumps(grid.tuning_spec(config, group_of(wildcards))["group"], sort_keys=True)
-
-
-def final_decision(wildcards):
-    return final_round(wildcards)[0]
-
-
 # What every training job asks for besides its GPUs and nodes (`use rule ... with:` replaces a rule's resources whole)
 TRAIN_RESOURCES = dict(
     mem_mb=train_mem_mb,

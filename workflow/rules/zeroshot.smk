@@ -3,28 +3,6 @@
 # (grid.keeps_weights); local stand-in tasks are built from a corpus's validation split first.
 
 
-def task_spec(wildcards):
-    return ZEROSHOT["local_tasks"][wildcards.task]
-
-
-def task_corpus(wildcards):
-    """The prepared corpus a local task is built from (its meta.json)."""
-    return f"{grid.data_dir(config, task_spec(wildcards)['data'])}/meta.json"
-
-
-def folder_of(path):
-    return str(Path(path).parent)
-
-
-def scoring_gpus(wildcards):
-    """One GPU for scoring where the model trains on GPUs (lm-eval's hf model runs on one), else none."""
-    return min(1, grid.model_gpus(config, wildcards.model))
-
-
-def scoring_device(wildcards):
-    return "" if grid.model_gpus(config, wildcards.model) else "--device cpu"
-
-
 rule zeroshot_task:
     input:
         task_corpus,

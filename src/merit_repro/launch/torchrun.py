@@ -21,7 +21,7 @@ from merit_repro.utils import UserError
 
 SHUTDOWN_GRACE_SECONDS = 600
 RENDEZVOUS_PORT = 29400   # plus the job id modulo 1000: jobs that share a first node do not share a port
-# train.EXIT_TIME_BUDGET and train.EXIT_CODES, and what stopped the run (this module starts without torch)
+# train.stops.EXIT_TIME_BUDGET and EXIT_CODES, and what stopped the run (this module starts without torch)
 STOP_CODES = {75: "the job's time budget", 130: "SIGINT", 143: "SIGTERM"}
 
 

@@ -11,10 +11,10 @@ Several GPUs (DDP; CPU processes with the gloo backend work too, for testing), t
     python -m merit_repro.launch.torchrun --standalone --nproc_per_node 2 -m merit_repro.train --config cell.yaml --out DIR
 
 Writes DIR/metrics.csv, mal.csv, diagnostics.csv, eval.json, summary.json and train.log (see
-runfiles.py for the columns). Checkpoints (DIR/ckpt.pt, merit_repro.train.checkpoint) are written every
-``checkpoint_every`` steps and at a stop: on SIGTERM/SIGINT (exit 143/130, so a scheduler retries) or at
-the job's time budget (``--stop-at``, exit 75). Every rank agrees on a stop at the step it comes (over
-the host, no GPU synchronisation) and waits until rank 0's checkpoint is written. Rerunning with the
+runfiles.py for the columns and the summary). Checkpoints (DIR/ckpt.pt, merit_repro.train.checkpoint) are written
+every ``checkpoint_every`` steps and at a stop: on SIGTERM/SIGINT (exit 143/130, so a scheduler retries) or at
+the job's time budget (``--stop-at``, exit 75); every rank agrees on a stop at the step it comes
+(merit_repro.train.stops) and waits until rank 0's checkpoint is written. Rerunning with the
 same DIR resumes exactly. A diverged cell ends with status ``diverged`` and exit code 0, so a grid
 search goes on. MAL probes run on rank 0 at exactly their steps, whatever ``log_every``.
 """
@@ -24,7 +24,6 @@ import contextlib
 import math
 import os
 import resource
-import signal
 import time
 from pathlib import Path
 
@@ -53,20 +52,19 @@ from .divergence import DivergenceRule
 from .evaluate import lambada, validation_loss
 from .hardware import describe_device, mfu, peak_flops
 from .memory import fit_micro_batch
-from .runfiles import DIAGNOSTICS_COLUMNS, MAL_COLUMNS, METRICS_COLUMNS, CsvLog, RunLock, TextLog
+from .runfiles import (
+    DIAGNOSTICS_COLUMNS,
+    MAL_COLUMNS,
+    METRICS_COLUMNS,
+    CsvLog,
+    RunLock,
+    TextLog,
+    last_step,
+    run_summary,
+    tokens_per_second,
+)
 from .state import Clock, LoopState
-
-EXIT_CODES = {signal.SIGTERM: 143, signal.SIGINT: 130}
-
-
-EXIT_TIME_BUDGET = 75   # EX_TEMPFAIL: stopped at its time budget with a checkpoint; the next job resumes
-# Until a checkpoint of this job has been timed, its save is estimated at this rate (a single stream to a busy
-# parallel file system), so that a stop before the job's end leaves it time to save.
-ASSUMED_SAVE_BYTES_PER_SECOND = 200e6
-
-
-class Stop(Exception):
-    """Raised when a signal or the job's time budget stopped the run after checkpointing (args: exit code)."""
+from .stops import EXIT_TIME_BUDGET, Stop, Stops
 
 
 # ---------------------------------------------------------------- the run
@@ -77,9 +75,6 @@ class Run:
 
     def __init__(self, cfg: CellConfig, out_dir, stop_at=None):
         self.cfg = cfg
-        self.deadline = stop_at   # wall-clock time (epoch seconds) by which this job has checkpointed and exited
-        self.save_seconds = None   # the last checkpoint's save: timed, or estimated from its bytes until one is
-        self.last_stop_check = None   # when the previous step's stops were agreed (epoch seconds)
         self.out = Path(out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         self.rank, self.world_size, self.device = setup_device(cfg)
@@ -123,8 +118,9 @@ class Run:
         self.diagnostics = CsvLog(self.out / "diagnostics.csv", DIAGNOSTICS_COLUMNS)
         self.csv_logs = {"metrics": self.metrics, "mal": self.mal, "diagnostics": self.diagnostics}
         self.ckpt_path = self.out / "ckpt.pt"
-        self.stop_signal = None
-        self.agreement = HostAgreement(self.world_size)
+        # stop_at: the wall-clock time (epoch seconds) by which this job has checkpointed and exited
+        self.stops = Stops(HostAgreement(self.world_size), cfg.steps, cfg.checkpoint_every,
+                           cfg.checkpoint_every_minutes, stop_at)
         self.probes = {}   # step -> MAL rows, taken at that step, written when the step is recorded
         self.probe_steps = frozenset(cfg.probe_steps())
         self.state = LoopState()
@@ -244,7 +240,7 @@ class Run:
         try:
             start = self.resume()
             self.header(start)
-            self.catch_signals()
+            self.stops.catch_signals()
             if start == 0:
                 self.probe(0)
                 self.record(self.step_row(0, cfg.lr_at(0)), evaluate=True)
@@ -270,7 +266,7 @@ class Run:
                 self.clock.start(self.state, done)
             if self.master and done in self.probe_steps:
                 self.clock.window_start += self.probe(done)   # at this very step, whatever log_every
-            stop_code, out_of_time, checkpoint_now = self.agreed_stops(done)   # every step, the same on every rank
+            stop_code, out_of_time, checkpoint_now = self.stops.agreed(done, self.state_bytes)   # every rank alike
             if not (evaluate_now or checkpoint_now or stop_code or out_of_time or done % cfg.log_every == 0 or last):
                 continue   # no host synchronisation with the GPU between log points
             reason = self.flush(pending, evaluate_now)
@@ -307,35 +303,11 @@ class Run:
         self.clock.restart()   # evaluation and logging do not count as training time
         return reason
 
-    def agreed_stops(self, done):
-        """(exit code of a signal that stops the run, or 0; past this job's time budget; a checkpoint due),
-        the same on every rank: the largest code when ranks were given different signals. At the last step,
-        finishing is cheaper than stopping or checkpointing."""
-        now = time.perf_counter()
-        code, out_of_time, due = self.agreement.max([
-            EXIT_CODES.get(self.stop_signal, 143) if self.stop_signal is not None else 0,
-            self.past_deadline(),
-            bool(self.cfg.checkpoint_every_minutes)
-            and now - self.clock.last_checkpoint > 60 * self.cfg.checkpoint_every_minutes])
-        more = done < self.cfg.steps
-        return int(code), bool(out_of_time) and more, (done % self.cfg.checkpoint_every == 0 or bool(due)) and more
-
-    def past_deadline(self):
-        """Whether one more step and a checkpoint would end after the deadline: each timed in this job (the
-        step as the time since the last step's check, the save as the last save or estimated from its bytes)."""
-        if self.deadline is None:
-            return False
-        now = time.time()
-        step = now - self.last_stop_check if self.last_stop_check is not None else 0.0
-        self.last_stop_check = now
-        return now + step + self.save_estimate() > self.deadline
-
-    def save_estimate(self):
-        if self.save_seconds is None:   # once, after a step: the optimizer's state is there
-            tensors = [*self.model.parameters(), *(t for state in self.optimizer.state.values()
-                                                    for t in state.values() if torch.is_tensor(t))]
-            self.save_seconds = sum(t.numel() * t.element_size() for t in tensors) / ASSUMED_SAVE_BYTES_PER_SECOND
-        return self.save_seconds
+    def state_bytes(self):
+        """What a checkpoint writes: the parameters and the optimizer's state."""
+        tensors = [*self.model.parameters(), *(t for state in self.optimizer.state.values()
+                                                for t in state.values() if torch.is_tensor(t))]
+        return sum(t.numel() * t.element_size() for t in tensors)
 
     # -- resuming, checkpoints, records
 
@@ -362,16 +334,10 @@ class Run:
         if self.master:
             checkpoint.save(self.ckpt_path, self.cfg, self.fingerprints, done, self.model, self.optimizer,
                             self.state.to_checkpoint(), self.csv_logs, self.device)
-        self.agreement.barrier()
-        self.clock.last_checkpoint = self.clock.window_start = time.perf_counter()
-        self.save_seconds = self.clock.last_checkpoint - t0
-        self.state.checkpoint_seconds += self.save_seconds
-
-    def catch_signals(self):
-        def on_signal(signum, frame):
-            self.stop_signal = signum
-        for signum in EXIT_CODES:
-            signal.signal(signum, on_signal)
+        self.stops.agreement.barrier()
+        self.clock.window_start = time.perf_counter()
+        self.stops.saved(self.clock.window_start - t0)
+        self.state.checkpoint_seconds += self.clock.window_start - t0
 
     def header(self, start_step):
         cfg = self.cfg
@@ -441,6 +407,19 @@ class Run:
         self.csv_logs[kind].write(rows)
         self.tracker.log(kind, rows)
 
+    def measured(self):
+        """What summary.json records of the machine and the model as this run built them."""
+        if self.device.type == "cuda":
+            peak_memory = torch.cuda.max_memory_allocated(self.device)
+        else:
+            peak_memory = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        return {"mfu": mfu(tokens_per_second(self.cfg, self.state), self.flops_per_token, self.peak_flops,
+                           self.world_size),
+                "peak_memory_bytes": peak_memory, "n_params": self.model.num_params(), "world_size": self.world_size,
+                "micro_batch_size": self.micro_batch, "grad_accum": self.accum,
+                "model_config": self.model.config_dict(), "device": describe_device(self.device),
+                "data": self.meta.get("request"), "data_fingerprint": self.fingerprints}
+
     def finish(self, status, reason):
         """The run's final files (rank 0): weights when kept, eval.json, the CSVs closed, summary.json last."""
         cfg = self.cfg
@@ -448,7 +427,7 @@ class Run:
         result = {"val_loss": self.state.last_val_loss, "val_tokens": None}
         if cfg.lambada_dir and status == "ok" and self.master:
             result.update(lambada(self.model, cfg.lambada_dir, cfg.block_size, self.device, self.autocast))
-        summary = run_summary(self, status, reason, steps_done)
+        summary = run_summary(cfg, self.state, status, reason, steps_done, self.measured())
         if self.master:
             if cfg.save_model:
                 state = self.model.state_dict()
@@ -479,40 +458,6 @@ def wrap_for_training(model, world_size, device, compile=False, compiler=torch.c
     if world_size > 1:
         model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     return compiler(model) if compile else model
-
-
-def run_summary(run, status, reason, steps_done):
-    """summary.json of a run that ended (without its files' records, which come last)."""
-    cfg, state = run.cfg, run.state
-    if run.device.type == "cuda":
-        peak_memory = torch.cuda.max_memory_allocated(run.device)
-    else:
-        peak_memory = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    train_seconds = state.train_seconds
-    tokens_per_s = state.timed_steps * cfg.tokens_per_step / train_seconds if train_seconds else None
-    return {
-        "status": status, "divergence_reason": reason,
-        "final_val_loss": state.last_val_loss if status == "ok" else None,
-        "best_val_loss": state.best_val_loss, "initial_val_loss": state.initial_val_loss,
-        "eval_interval": cfg.eval_interval,
-        "loss_spikes": state.divergence["loss_spikes"], "steps": steps_done, "planned_steps": cfg.steps,
-        "tokens": (steps_done or 0) * cfg.tokens_per_step, "train_seconds": train_seconds,
-        "timed_steps": state.timed_steps,
-        "startup_seconds": state.startup_seconds, "eval_seconds": state.eval_seconds,
-        "mal_probe_seconds": state.probe_seconds, "checkpoint_seconds": state.checkpoint_seconds,
-        "tokens_per_s": tokens_per_s,
-        "mfu": mfu(tokens_per_s, run.flops_per_token, run.peak_flops, run.world_size),
-        "peak_memory_bytes": peak_memory, "n_params": run.model.num_params(),
-        "world_size": run.world_size, "micro_batch_size": run.micro_batch, "grad_accum": run.accum,
-        "config": cfg.to_dict(), "model_config": run.model.config_dict(), "versions": library_versions(),
-        "git_commit": git_commit(), "device": describe_device(run.device), "data": run.meta.get("request"),
-        "data_fingerprint": run.fingerprints,
-    }
-
-
-def last_step(metrics_text):
-    lines = metrics_text.splitlines()
-    return int(lines[-1].split(",", 1)[0]) if len(lines) > 1 else 0
 
 
 def already_complete(cfg, out_dir):

@@ -1,4 +1,5 @@
-"""The files of one run directory: its lock, append-only CSV logs that a resumed run rewinds, the text log."""
+"""The files of one run directory: its lock, append-only CSV logs that a resumed run rewinds, the text log, and the
+summary a run ends with."""
 
 import fcntl
 import math
@@ -7,7 +8,7 @@ import socket
 import time
 from pathlib import Path
 
-from merit_repro.utils import UserError
+from merit_repro.utils import UserError, git_commit, library_versions
 
 METRICS_COLUMNS = ["step", "tokens", "lr", "train_loss", "val_loss", "grad_norm", "tokens_per_s",
                    "clip_fraction", "floor_fraction"]
@@ -116,3 +117,36 @@ class TextLog:
                 print(message, flush=True)
             except OSError:   # BrokenPipeError: whoever read our output is gone
                 self.echo = False
+
+
+def tokens_per_second(cfg, state):
+    """Training tokens a second over the timed steps (start-up, evaluation, probes and checkpoints left out)."""
+    return state.timed_steps * cfg.tokens_per_step / state.train_seconds if state.train_seconds else None
+
+
+def run_summary(cfg, state, status, reason, steps_done, measured):
+    """summary.json of a run that ended (without its files' records, which come last). measured: what the run
+    measured of its machine and model (Run.measured)."""
+    return {
+        "status": status, "divergence_reason": reason,
+        "final_val_loss": state.last_val_loss if status == "ok" else None,
+        "best_val_loss": state.best_val_loss, "initial_val_loss": state.initial_val_loss,
+        "eval_interval": cfg.eval_interval,
+        "loss_spikes": state.divergence["loss_spikes"], "steps": steps_done, "planned_steps": cfg.steps,
+        "tokens": (steps_done or 0) * cfg.tokens_per_step, "train_seconds": state.train_seconds,
+        "timed_steps": state.timed_steps,
+        "startup_seconds": state.startup_seconds, "eval_seconds": state.eval_seconds,
+        "mal_probe_seconds": state.probe_seconds, "checkpoint_seconds": state.checkpoint_seconds,
+        "tokens_per_s": tokens_per_second(cfg, state),
+        "mfu": measured["mfu"], "peak_memory_bytes": measured["peak_memory_bytes"], "n_params": measured["n_params"],
+        "world_size": measured["world_size"], "micro_batch_size": measured["micro_batch_size"],
+        "grad_accum": measured["grad_accum"], "config": cfg.to_dict(), "model_config": measured["model_config"],
+        "versions": library_versions(), "git_commit": git_commit(), "device": measured["device"],
+        "data": measured["data"], "data_fingerprint": measured["data_fingerprint"],
+    }
+
+
+def last_step(metrics_text):
+    """The last step a metrics.csv's text records (0 with no rows)."""
+    lines = metrics_text.splitlines()
+    return int(lines[-1].split(",", 1)[0]) if len(lines) > 1 else 0

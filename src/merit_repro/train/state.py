@@ -38,7 +38,7 @@ class Clock:
 
     def __init__(self, device):
         self.device = device
-        self.window_start = self.last_checkpoint = time.perf_counter()
+        self.window_start = time.perf_counter()
         self.untimed_step = None   # the first step of this process, on the start-up clock
 
     def start(self, state, done):

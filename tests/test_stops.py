@@ -1,0 +1,80 @@
+"""When a run stops (merit_repro.train.stops): signals, the deadline, the checkpoints due, on clocks set here."""
+
+import os
+import signal
+
+import pytest
+
+from merit_repro.train.distributed import HostAgreement
+from merit_repro.train.stops import ASSUMED_SAVE_BYTES_PER_SECOND, EXIT_TIME_BUDGET, Stops
+
+
+class Clocks:
+    """A wall clock and a training clock the test moves by hand."""
+
+    def __init__(self):
+        self.wall = 1000.0
+        self.clock = 0.0
+
+
+def stops(clocks, steps=100, every=10, minutes=None, deadline=None):
+    return Stops(HostAgreement(1), steps, every, minutes, deadline, clock=lambda: clocks.clock,
+                 wall=lambda: clocks.wall)
+
+
+def one_second_of_state():
+    return ASSUMED_SAVE_BYTES_PER_SECOND   # a checkpoint estimated at one second to save
+
+
+def test_a_checkpoint_is_due_every_n_steps_but_never_at_the_last():
+    s = stops(Clocks(), steps=20, every=10)
+    assert [s.agreed(done, one_second_of_state) for done in (9, 10, 20)] == [(0, False, False), (0, False, True),
+                                                                           (0, False, False)]
+
+
+def test_a_checkpoint_is_due_after_its_minutes_and_again_after_the_save():
+    clocks = Clocks()
+    s = stops(clocks, every=1000, minutes=1)
+    clocks.clock = 59.0
+    assert s.agreed(1, one_second_of_state)[2] is False
+    clocks.clock = 61.0
+    assert s.agreed(2, one_second_of_state)[2] is True
+    s.saved(3.0)
+    assert s.agreed(3, one_second_of_state)[2] is False
+
+
+def test_the_deadline_counts_the_last_step_and_the_save():
+    """With 1 s to save (estimated from the bytes until a save is timed), a check 2 s before the deadline lets one
+    more step run; the next, 1.5 s later, sees that the step it measured and the save would end past it."""
+    clocks = Clocks()
+    s = stops(clocks, deadline=1002.0)
+    assert s.agreed(1, one_second_of_state) == (0, False, False)
+    clocks.wall += 1.5
+    assert s.agreed(2, one_second_of_state)[1] is True   # 1001.5 + 1.5 (the step) + 1 (the save) > 1002
+    s.saved(0.1)   # a timed save replaces the estimate
+    clocks.wall += 0.1
+    assert s.past_deadline(one_second_of_state) is False   # 1001.6 + 0.1 + 0.1 <= 1002
+    assert s.agreed(100, one_second_of_state)[1] is False   # the last step: finishing is cheaper than stopping
+
+
+def test_the_estimate_is_asked_for_once():
+    asked = []
+    s = stops(Clocks(), deadline=2000.0)
+    for done in range(1, 4):
+        s.agreed(done, lambda: asked.append(1) or 1.0)
+    assert asked == [1]
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_caught_signal_stops_with_its_code_even_at_the_last_step(signum, code):
+    saved = {n: signal.getsignal(n) for n in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        s = stops(Clocks(), steps=5)
+        s.catch_signals()
+        os.kill(os.getpid(), signum)
+        assert s.signal == signum
+        assert s.agreed(3, one_second_of_state)[0] == code and s.agreed(5, one_second_of_state)[0] == code
+    finally:
+        for n, handler in saved.items():
+            signal.signal(n, handler)
+    assert EXIT_TIME_BUDGET == 75   # what merit_repro.launch.torchrun passes through for the next job to resume
