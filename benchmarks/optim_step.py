@@ -44,31 +44,28 @@ import torch
 from merit_repro.models import GPT, GPTConfig
 from merit_repro.optim import build, param_groups
 from merit_repro.optim.dispatch_count import count_step
+from merit_repro.train.timing import synchronize
 
 FOREACH = {"default": None, "foreach": True, "compiled": None}
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
-def sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def time_steps(step, repeats, device, clock=time.perf_counter):
+def median_step_seconds(step, repeats, device, clock=time.perf_counter):
     """(median seconds of a step on the clock, wall seconds of the first two calls): state allocation and
-    compilation untimed."""
-    sync(device)
+    compilation untimed. The median of single steps, not merit_repro.train.timing.time_steps' mean over a run of
+    them: an optimizer step is short enough for a neighbour's burst to land in one and be discarded."""
+    synchronize(device)
     t0 = time.perf_counter()
     for _ in range(2):
         step()
-    sync(device)
+    synchronize(device)
     warmup = time.perf_counter() - t0
     times = []
     for _ in range(repeats):
-        sync(device)
+        synchronize(device)
         t0 = clock()
         step()
-        sync(device)
+        synchronize(device)
         times.append(clock() - t0)
     return statistics.median(times), warmup
 
@@ -88,9 +85,9 @@ def measure(name, path, model, args, device):
     if path == "compiled":
         torch._dynamo.reset()
         opt.step()
-        seconds, warmup = time_steps(torch.compile(opt.step), args.repeats, device, CLOCKS[args.clock])
+        seconds, warmup = median_step_seconds(torch.compile(opt.step), args.repeats, device, CLOCKS[args.clock])
         return seconds, warmup, None, None
-    seconds, _ = time_steps(opt.step, args.repeats, device, CLOCKS[args.clock])
+    seconds, _ = median_step_seconds(opt.step, args.repeats, device, CLOCKS[args.clock])
     counter = count_step(opt, torch.device("cpu") if device.type != "cpu" else None)
     return seconds, None, counter.ops, counter.host_transfers
 

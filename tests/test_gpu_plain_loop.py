@@ -11,6 +11,7 @@ from merit_repro.gpu_check import common, tier
 from merit_repro.gpu_check.plain_loop import plain_loop
 from merit_repro.models import build_config
 from merit_repro.plan.cell import CellConfig
+from merit_repro.train.timing import autocast
 
 CPU = torch.device("cpu")
 
@@ -50,7 +51,7 @@ def test_an_accumulated_step_is_the_step_on_the_whole_batch_and_clips():
                                       ("clipped", [(x, y)], 1e-3)):
         model = common.new_model(config, CPU)
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        loss = common.accumulated_step(model, model, opt, micro_batches, common.autocast(CPU, False), clip)
+        loss = common.accumulated_step(model, model, opt, micro_batches, autocast(CPU, False), clip)
         after[name] = (loss, torch.cat([p.detach().flatten() for p in model.parameters()]))
     start = torch.cat([p.detach().flatten() for p in common.new_model(config, CPU).parameters()])
     torch.testing.assert_close(after["halves"][0], after["whole"][0])

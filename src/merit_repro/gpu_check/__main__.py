@@ -17,7 +17,9 @@ import torch
 import merit_repro.gpu_check as package
 from merit_repro.utils import cli
 
-from .common import Plan, device_name, first_line, gib, release
+from merit_repro.train.timing import device_name
+
+from .common import Plan, first_line, gib, release
 from .ddp import part_ddp
 from .host_syncs import part_host_syncs
 from .memory import part_memory

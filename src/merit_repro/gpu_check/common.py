@@ -63,25 +63,10 @@ class Plan:
 # ---------------------------------------------------------------- the device and the model
 
 
-def autocast(device, enabled=True):
-    if not enabled:
-        return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=torch.bfloat16)
-
-
-def synchronize(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def release(device):
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
-
-
-def device_name(device):
-    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
 
 
 def new_model(config, device, seed=0):
@@ -95,16 +80,6 @@ def random_batch(config, batch, device, seed):
     gen = torch.Generator().manual_seed(seed)
     x, y = (torch.randint(0, config.vocab_size, (batch, config.block_size), generator=gen) for _ in range(2))
     return x.to(device), y.to(device)
-
-
-def train_step(runner, opt, x, y, autocast_context):
-    """One step on one batch (no accumulation, no clipping); its loss, detached, on the device."""
-    with autocast_context:
-        _, loss = runner(x, y)
-    loss.backward()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    return loss.detach()
 
 
 # ---------------------------------------------------------------- the table's text

@@ -8,7 +8,9 @@ import torch
 
 from merit_repro.optim import build, fastest_on, param_groups
 
-from .common import PAPER_HP, first_line, new_model, params, synchronize
+from merit_repro.train.timing import synchronize, time_steps
+
+from .common import PAPER_HP, first_line, new_model, params
 
 COMPILED_TOLERANCE = 1e-5   # fp32 rounding of the fused kernels over 3 steps (max-norms are exact); a bug is O(1)
 
@@ -40,13 +42,7 @@ def host_sync(fn, device):
 
 
 def step_seconds(step, device, repeats=10):
-    step()   # state allocated outside the timing
-    synchronize(device)
-    t0 = time.perf_counter()
-    for _ in range(repeats):
-        step()
-    synchronize(device)
-    return (time.perf_counter() - t0) / repeats
+    return time_steps(step, repeats, device).seconds_per_step   # the first call allocates the state, untimed
 
 
 def twin_params(model):

@@ -8,8 +8,9 @@ import torch
 
 from merit_repro.optim import build, fastest_on, param_groups
 from merit_repro.train.hardware import mfu, peak_flops
+from merit_repro.train.timing import autocast, device_name, synchronize
 
-from .common import PAPER_HP, autocast, device_name, first_line, gib, new_model, params, percent, synchronize
+from .common import PAPER_HP, first_line, gib, new_model, params, percent
 
 
 def part_memory(plan, device, workdir):

@@ -7,8 +7,9 @@ import time
 import torch
 
 from merit_repro.optim import build, fastest_on, param_groups
+from merit_repro.train.timing import autocast, synchronize
 
-from .common import autocast, new_model, random_batch, synchronize, train_step
+from .common import accumulated_step, new_model, random_batch
 
 COMPILE_TOLERANCE = 0.02   # nats, |loss compiled - loss eager| at every step (both bf16; the loss is about 10)
 BF16_TOLERANCE = 0.05      # nats, |loss bf16 autocast - loss fp32| at every step
@@ -23,7 +24,7 @@ def train_losses(config, device, batch, steps, bf16, compiled):
     losses, first_step = [], None
     t0 = time.perf_counter()
     for _ in range(steps):
-        losses.append(train_step(runner, opt, x, y, autocast(device, bf16)))
+        losses.append(accumulated_step(runner, model, opt, [(x, y)], autocast(device, bf16)))
         if first_step is None:
             synchronize(device)
             first_step = time.perf_counter() - t0

@@ -17,8 +17,9 @@ from merit_repro.optim import build, fastest_on, param_groups
 from merit_repro.plan.cell import CellConfig
 from merit_repro.train.distributed import autocast_for
 from merit_repro.train.hardware import mfu, peak_flops
+from merit_repro.train.timing import device_name, time_steps
 
-from .common import accumulated_step, device_name, new_model, random_batch, synchronize
+from .common import accumulated_step, new_model, random_batch
 
 
 @contextlib.contextmanager
@@ -33,9 +34,9 @@ def cpu_threads(n):
         torch.set_num_threads(before)
 
 
-def plain_loop(summary, device, steps, threads=None):
+def plain_loop(summary, device, steps, threads=None, clock=time.perf_counter):
     """{tokens_per_s, mfu, loss, micro_batch, accum} of `steps` plain optimizer steps (>= 2: the first is not
-    timed) at the cell of the trainer's summary, with `threads` intra-op threads as the trainer had."""
+    timed) at the cell of the trainer's summary, with `threads` intra-op threads as the trainer had, on the clock."""
     if steps < 2:
         raise ValueError(f"steps={steps}: the first step is not timed, so at least 2 are needed")
     cfg = CellConfig.from_dict(summary["config"])
@@ -50,15 +51,11 @@ def plain_loop(summary, device, steps, threads=None):
     opt = build(cfg.optimizer, param_groups(model, cfg.weight_decay), cfg.optimizer_source,
                 **fastest_on(device, cfg.optimizer, cfg.optimizer_kwargs()))
     micro_batches = [random_batch(model_config, micro, device, seed=1)] * accum
-    autocast_context = autocast_for(cfg, device) or contextlib.nullcontext()
+    autocast_context = autocast_for(cfg, device)
     with cpu_threads(threads):
-        for step in range(steps):
-            if step == 1:
-                synchronize(device)
-                start = time.perf_counter()
-            loss = accumulated_step(runner, model, opt, micro_batches, autocast_context, cfg.grad_clip)
-        loss = loss.item()   # waits for the device, as the trainer's read-back of its losses does
-        seconds = time.perf_counter() - start
-    tokens_per_s = (steps - 1) * accum * micro * cfg.block_size / seconds
+        timed = time_steps(lambda: accumulated_step(runner, model, opt, micro_batches, autocast_context, cfg.grad_clip),
+                           steps - 1, device, clock=clock)
+        loss = timed.result.item()
+    tokens_per_s = accum * micro * cfg.block_size / timed.seconds_per_step
     return {"tokens_per_s": tokens_per_s, "loss": loss, "micro_batch": micro, "accum": accum,
             "mfu": mfu(tokens_per_s, model.flops_per_token(), peak_flops(device_name(device), cfg.peak_flops))}

@@ -6,7 +6,9 @@ import torch
 from merit_repro.config.registry import OPTIMIZERS
 from merit_repro.optim import build
 
-from .common import autocast, new_model, random_batch
+from merit_repro.train.timing import autocast
+
+from .common import new_model, random_batch
 from .optim_reference import reference_step, variants
 
 # name -> (reference kind, switches): every MERIT and LAMB of the registry (all but adamw), in its order

@@ -2,25 +2,14 @@
 for the sizes the plan names."""
 
 import math
-import time
 
 import torch
 
 from merit_repro.optim import build, fastest_on, param_groups
 from merit_repro.train.hardware import mfu, peak_flops
+from merit_repro.train.timing import autocast, device_name, time_steps
 
-from .common import (
-    autocast,
-    device_name,
-    first_line,
-    gib,
-    new_model,
-    percent,
-    random_batch,
-    release,
-    synchronize,
-    train_step,
-)
+from .common import accumulated_step, first_line, gib, new_model, percent, random_batch, release
 
 
 def train_speed(config, device, batch, steps, warmup, compiled):
@@ -31,17 +20,13 @@ def train_speed(config, device, batch, steps, warmup, compiled):
     x, y = random_batch(config, batch, device, seed=1)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    t0 = time.perf_counter()
-    for i in range(warmup + steps):
-        if i == warmup:
-            synchronize(device)
-            start = time.perf_counter()
-        loss = train_step(runner, opt, x, y, autocast(device, device.type == "cuda"))
-    synchronize(device)
-    tokens_per_s = steps * batch * config.block_size / (time.perf_counter() - start)
+    timed = time_steps(lambda: accumulated_step(runner, model, opt, [(x, y)], autocast(device, device.type == "cuda")),
+                       steps, device, warmup)
+    tokens_per_s = batch * config.block_size / timed.seconds_per_step
+    loss = timed.result
     memory = f"{gib(torch.cuda.max_memory_allocated(device)):.1f}" if device.type == "cuda" else "n/a"
     return (tokens_per_s, mfu(tokens_per_s, model.flops_per_token(), peak_flops(device_name(device))), memory,
-            loss.item(), start - t0)
+            loss.item(), timed.warmup_seconds)
 
 
 def part_speed(plan, device, workdir):

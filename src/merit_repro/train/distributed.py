@@ -7,6 +7,8 @@ import torch.distributed as dist
 
 from merit_repro.utils import UserError
 
+from .timing import autocast
+
 
 BACKEND_ENV = "MERIT_DDP_BACKEND"   # gloo: ranks may share a GPU (a check on a one-GPU machine); NCCL refuses that
 
@@ -39,10 +41,8 @@ def setup_device(cfg):
 
 
 def autocast_for(cfg, device):
-    use_bf16 = cfg.dtype == "bfloat16" or (cfg.dtype == "auto" and device.type == "cuda")
-    if not use_bf16:
-        return None
-    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    """The cell's autocast: bf16 when its dtype says so (auto: on a GPU), else a context that does nothing."""
+    return autocast(device, cfg.dtype == "bfloat16" or (cfg.dtype == "auto" and device.type == "cuda"))
 
 
 def all_reduce(value, device, op=None):

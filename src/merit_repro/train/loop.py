@@ -65,6 +65,7 @@ from .runfiles import (
 )
 from .state import Clock, LoopState
 from .stops import EXIT_TIME_BUDGET, Stop, Stops
+from .timing import synchronize
 
 
 # ---------------------------------------------------------------- the run
@@ -73,8 +74,11 @@ from .stops import EXIT_TIME_BUDGET, Stop, Stops
 class Run:
     """One cell: its model, optimizer, data and files, and the training loop."""
 
-    def __init__(self, cfg: CellConfig, out_dir, stop_at=None):
+    def __init__(self, cfg: CellConfig, out_dir, stop_at=None, clock=time.perf_counter):
+        """stop_at: the wall-clock time (epoch seconds) by which this job has checkpointed and exited; clock: what
+        times training, probes, evaluation and checkpoints (a benchmark passes time.process_time)."""
         self.cfg = cfg
+        self.now = clock
         self.out = Path(out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         self.rank, self.world_size, self.device = setup_device(cfg)
@@ -118,13 +122,12 @@ class Run:
         self.diagnostics = CsvLog(self.out / "diagnostics.csv", DIAGNOSTICS_COLUMNS)
         self.csv_logs = {"metrics": self.metrics, "mal": self.mal, "diagnostics": self.diagnostics}
         self.ckpt_path = self.out / "ckpt.pt"
-        # stop_at: the wall-clock time (epoch seconds) by which this job has checkpointed and exited
         self.stops = Stops(HostAgreement(self.world_size), cfg.steps, cfg.checkpoint_every,
-                           cfg.checkpoint_every_minutes, stop_at)
+                           cfg.checkpoint_every_minutes, stop_at, clock=clock)
         self.probes = {}   # step -> MAL rows, taken at that step, written when the step is recorded
         self.probe_steps = frozenset(cfg.probe_steps())
         self.state = LoopState()
-        self.clock = Clock(self.device)
+        self.clock = Clock(self.device, clock)
         self.divergence = DivergenceRule(cfg.divergence_factor, cfg.divergence_window, cfg.spike_factor, cfg.steps)
         self.tracker = tracking.Tracker()   # run() opens the one MERIT_TRACKING asks for
 
@@ -185,7 +188,7 @@ class Run:
             x, y = self.batch(step, micro_step)
             sync = self.world_size == 1 or micro_step == self.accum - 1
             with (contextlib.nullcontext() if sync else self.train_model.no_sync()):
-                with self.autocast or contextlib.nullcontext():
+                with self.autocast:
                     _, loss = self.train_model(x, y)
                 (loss / self.accum).backward()
             loss_sum += loss.detach()
@@ -204,17 +207,16 @@ class Run:
     def probe(self, step):
         """The MAL probe on the model as it is after `step`, under training's autocast (rank 0; its time is
         not training time)."""
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)   # the queued training steps finish on the training clock
-        t0 = time.perf_counter()
-        with self.autocast or contextlib.nullcontext():
+        synchronize(self.device)   # the queued training steps finish on the training clock
+        t0 = self.now()
+        with self.autocast:
             mal, wq, wk = self.model.probe_attention(self.probe_batch.to(self.device))
         L, H = mal.shape
         mal, wq, wk = mal.tolist(), wq.tolist(), wk.tolist()
         self.probes[step] = [{"step": step, "layer": layer + 1, "head": head + 1, "mal": mal[layer][head],
                               "wq_max": wq[layer][head], "wk_max": wk[layer][head]}
                              for layer in range(L) for head in range(H)]
-        seconds = time.perf_counter() - t0
+        seconds = self.now() - t0
         self.state.probe_seconds += seconds
         return seconds
 
@@ -255,7 +257,7 @@ class Run:
     def train_steps(self, start):
         """Steps start+1 .. cfg.steps; the reason the run diverged, or None."""
         cfg = self.cfg
-        self.clock = Clock(self.device)   # start-up, resuming and step 0's evaluation are not training time
+        self.clock = Clock(self.device, self.now)   # start-up, resuming and step 0's evaluation are not training time
         pending = []   # (step, lr, loss, grad norm) since the last log point, the last two still on the device
         for step in range(start, cfg.steps):
             done = step + 1
@@ -330,12 +332,12 @@ class Run:
 
     def save_checkpoint(self, done):
         """Rank 0 writes the checkpoint; every rank waits for it, so none exits (or is killed) before it is whole."""
-        t0 = time.perf_counter()
+        t0 = self.now()
         if self.master:
             checkpoint.save(self.ckpt_path, self.cfg, self.fingerprints, done, self.model, self.optimizer,
                             self.state.to_checkpoint(), self.csv_logs, self.device)
         self.stops.agreement.barrier()
-        self.clock.window_start = time.perf_counter()
+        self.clock.window_start = self.now()
         self.stops.saved(self.clock.window_start - t0)
         self.state.checkpoint_seconds += self.clock.window_start - t0
 
@@ -361,9 +363,9 @@ class Run:
     def evaluate_into(self, row):
         """The validation loss (and the optimizer's diagnostics) at the row's step, into the row and the state."""
         step, state = row["step"], self.state
-        t0 = time.perf_counter()
+        t0 = self.now()
         row["val_loss"] = self.evaluate()
-        state.eval_seconds += time.perf_counter() - t0
+        state.eval_seconds += self.now() - t0
         state.last_val_loss = row["val_loss"]
         if step == 0:
             state.initial_val_loss = row["val_loss"]

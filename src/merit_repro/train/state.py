@@ -4,9 +4,8 @@ training time apart from start-up, evaluation, probes and checkpoints."""
 import time
 from dataclasses import asdict, dataclass, field, fields
 
-import torch
-
 from .divergence import new_state
+from .timing import synchronize
 
 
 @dataclass
@@ -36,26 +35,25 @@ class Clock:
     """The training clock: a window opens after each log point, and what is not training (probes,
     evaluation, checkpoints) moves its start on."""
 
-    def __init__(self, device):
-        self.device = device
-        self.window_start = time.perf_counter()
+    def __init__(self, device, clock=time.perf_counter):
+        self.device, self.now = device, clock
+        self.window_start = clock()
         self.untimed_step = None   # the first step of this process, on the start-up clock
 
     def start(self, state, done):
         """After the first step of this process: its time is start-up, and the training clock starts."""
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        now = time.perf_counter()
+        synchronize(self.device)
+        now = self.now()
         state.startup_seconds += now - self.window_start
         self.window_start, self.untimed_step = now, done
 
     def lap(self, state, steps):
         """Close the window over these steps (their losses just read back): seconds per timed step, or None."""
-        elapsed = time.perf_counter() - self.window_start
+        elapsed = self.now() - self.window_start
         timed = sum(done != self.untimed_step for done in steps)
         state.train_seconds += elapsed
         state.timed_steps += timed
         return elapsed / timed if timed else None
 
     def restart(self):
-        self.window_start = time.perf_counter()
+        self.window_start = self.now()
