@@ -10,6 +10,7 @@ import pytest
 
 from merit_repro.data import batches, tokens
 from merit_repro.data.corpora import CorpusUnavailable, load_corpus
+from merit_repro.data.marker import VERIFIED_MARKER
 from merit_repro.data.tokenizers import TokenizerUnavailable, get_tokenizer
 from merit_repro.data.tokens import DataError, prepare, verify
 
@@ -91,7 +92,7 @@ def marked_corpus(tmp_path, corpus_folder):
     """A small prepared corpus, its .verified.json written by prepare, and its train.bin's stat at that time."""
     out = tmp_path / "d"
     prepare(f"textfile:{corpus_folder}", "bytes", out)
-    assert (out / tokens.VERIFIED_MARKER).is_file()
+    assert (out / VERIFIED_MARKER).is_file()
     time.sleep(0.05)   # ctime comes from a clock that ticks every few ms: a rewrite is one tick later at least
     return out, out / "train.bin", (out / "train.bin").stat()
 
@@ -129,7 +130,7 @@ def test_a_file_swapped_in_with_the_marked_size_and_mtime_is_hashed_again(tmp_pa
 @pytest.mark.parametrize("damage", ["a list", "not JSON", "a FIFO", "a link to a FIFO"])
 def test_a_damaged_marker_is_ignored_and_written_again(tmp_path, corpus_folder, damage):
     out, _, _ = marked_corpus(tmp_path, corpus_folder)
-    marker = out / tokens.VERIFIED_MARKER
+    marker = out / VERIFIED_MARKER
     marker.unlink()
     if damage == "a list":
         marker.write_text("[1, 2]")

@@ -305,3 +305,24 @@ def test_a_stopped_gpu_run_returns_the_cells_that_finished(tmp_path):
     assert (out / "tiny.tar.gz").read_bytes() == (workdir / "results/tiny/bundle/tiny.tar.gz").read_bytes()
     print(f"first cell copied after {first:.0f} s, stopped after {stopped:.0f} s with {len(copied)} cell(s); "
           f"resumed and finished after {finished:.0f} s")
+
+
+def test_an_out_folder_is_the_reports_by_its_record_never_by_names(tmp_path, capsys):
+    """A folder holding someone's partial.md is refused, naming it, and left as it was; a new folder is claimed by
+    its record (partial.json) and written again on every pass; a record of another role is refused."""
+    results = tree(tmp_path)
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "partial.md").write_text("my notes\n")
+    said = cli_error(partial.main, ["--results", str(results), "--out", str(theirs)], capsys)
+    assert said == (f"error: --out {theirs} holds 1 entry this report did not write (partial.md): give --out a new or "
+                    "empty folder")
+    assert (theirs / "partial.md").read_text() == "my notes\n" and sorted(os.listdir(theirs)) == ["partial.md"]
+    ours = tmp_path / "ours"
+    for _ in range(2):
+        assert partial.main(["--results", str(results), "--out", str(ours)]) == 0
+    assert json.loads((ours / "partial.json").read_text())["role"] == "partial"
+    (ours / "partial.json").write_text(json.dumps({"role": "results"}))
+    said = cli_error(partial.main, ["--results", str(results), "--out", str(ours)], capsys)
+    assert said == (f"error: --out {ours}: its partial.json is not a partial report's record: give --out a new or "
+                    "empty folder")

@@ -21,6 +21,8 @@ from helpers import (
 
 from merit_repro.data import __main__ as data_cli
 from merit_repro.data import tokens
+from merit_repro.data import marker
+from merit_repro.data.marker import VERIFIED_MARKER
 from merit_repro.plan import records, tuning
 from merit_repro.plan.validate import corpus_problems
 from merit_repro.report import integrity
@@ -128,31 +130,31 @@ def test_data_verify_reads_every_byte(tmp_path, data_dir, capsys):
 def test_a_trainer_that_trusts_the_marker_leaves_it_as_it_is(tmp_path, data_dir, monkeypatch):
     corpus = tmp_path / "corpus"
     shutil.copytree(data_dir, corpus)
-    (corpus / tokens.VERIFIED_MARKER).unlink(missing_ok=True)
+    (corpus / VERIFIED_MARKER).unlink(missing_ok=True)
     tokens.verify(corpus)   # hashes every file, then writes the marker
     written = []
-    monkeypatch.setattr(tokens, "atomic_write_json", lambda path, obj: written.append(path))
+    monkeypatch.setattr(marker, "atomic_write_json", lambda path, obj: written.append(path))
     monkeypatch.setattr(tokens, "sha256_file", lambda path: pytest.fail(f"{path} hashed again"))
     tokens.verify(corpus)
     assert written == []   # trainers in parallel do not each rewrite it
     train = corpus / "train.bin"
     os.utime(train, ns=(train.stat().st_atime_ns, train.stat().st_mtime_ns + 1))
     monkeypatch.undo()
-    monkeypatch.setattr(tokens, "atomic_write_json", lambda path, obj: written.append(path))
+    monkeypatch.setattr(marker, "atomic_write_json", lambda path, obj: written.append(path))
     tokens.verify(corpus)   # a file the marker no longer vouches for is hashed and marked again
-    assert written == [corpus / tokens.VERIFIED_MARKER]
+    assert written == [corpus / VERIFIED_MARKER]
 
 
 def test_a_read_only_corpus_can_be_verified_and_trained_on(tmp_path, data_dir, monkeypatch):
     corpus = tmp_path / "corpus"
     shutil.copytree(data_dir, corpus)
-    (corpus / tokens.VERIFIED_MARKER).unlink(missing_ok=True)
+    (corpus / VERIFIED_MARKER).unlink(missing_ok=True)
 
     def read_only(path, *args, **kwargs):
         raise OSError(errno.EROFS, "Read-only file system", str(path))
-    monkeypatch.setattr(tokens, "atomic_write_json", read_only)
+    monkeypatch.setattr(marker, "atomic_write_json", read_only)
     assert tokens.verify(corpus)["splits"]["train"]["tokens"] > 0
-    assert not (corpus / tokens.VERIFIED_MARKER).exists()
+    assert not (corpus / VERIFIED_MARKER).exists()
 
 
 @pytest.mark.parametrize("damage", ["metrics.csv cut", "eval.json garbage"])

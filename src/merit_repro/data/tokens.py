@@ -28,7 +28,6 @@ from merit_repro.utils import (
     library_versions,
     named_error,
     read_json,
-    read_plain_json,
     sha256_file,
 )
 
@@ -41,11 +40,10 @@ from .corpora import (
     load_corpus,
     source_fingerprint,
 )
+from .marker import fingerprint, mark_verified, read_marker
 from .tokenizers import get_tokenizer, token_dtype
 
 SPLITS = ("train", "val")
-VERIFIED_MARKER = ".verified.json"
-MARKER_BYTES = 1 << 16   # a marker names a few files; a larger one is not ours
 
 
 class DataError(UserError):
@@ -209,7 +207,7 @@ def prepare(dataset, tokenizer_name, out_dir, *, tokenizer_file=None, max_train_
         "splits": files, "details": corpus.details, "versions": library_versions(),
     }
     atomic_write_json(out_dir / "meta.json", meta)
-    _mark_verified(out_dir, meta)
+    mark_verified(out_dir, meta)
     return meta
 
 
@@ -239,44 +237,10 @@ def _prepare_lambada(path, tokenizer, out_dir, request, source, revision=None):
 # ---------------------------------------------------------------- checking
 
 
-def _fingerprint(path):
-    """What the marker vouches for: besides size and mtime (which os.utime puts back), the inode (a file swapped in
-    has another) and ctime (a rewrite in place sets it, and nothing puts it back). None for a symlink or anything
-    but a regular file, which the marker never vouches for."""
-    st = os.lstat(path)
-    if not stat.S_ISREG(st.st_mode):
-        return None
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino, "ctime_ns": st.st_ctime_ns}
-
-
 def _check_size(path, size, n_tokens, itemsize, data_dir):
     if size != n_tokens * itemsize:
         raise DataError(f"{path} has {size} bytes but meta.json says {n_tokens} tokens x {itemsize} bytes; "
                         f"the file is truncated or corrupt: prepare {data_dir} again (--force)")
-
-
-def _mark_verified(data_dir, meta):
-    """Remember that the files checked out (so a trainer can skip re-hashing them); a corpus on a read-only
-    mount is simply hashed again next time."""
-    marks = {s["file"]: mark for s in meta["splits"].values() if (mark := _fingerprint(data_dir / s["file"]))}
-    try:
-        atomic_write_json(data_dir / VERIFIED_MARKER, marks)
-    except OSError:
-        pass
-
-
-def read_marker(data_dir):
-    """The marker's fingerprints by file name; {} (every file hashed, the marker written again) when there is none
-    or it is damaged: not JSON, not an object of fingerprints (whole numbers), a link, a FIFO or another special file
-    (never opened: it could block), or too large to be one."""
-    try:
-        marks = read_plain_json(Path(data_dir) / VERIFIED_MARKER, MARKER_BYTES)
-    except (OSError, ValueError):
-        return {}
-    fingerprints = isinstance(marks, dict) and all(
-        isinstance(mark, dict) and all(isinstance(v, int) and not isinstance(v, bool) for v in mark.values())
-        for mark in marks.values())
-    return marks if fingerprints else {}
 
 
 def verify(data_dir, tokenizer=None, deep=True, trust_marker=True):
@@ -315,14 +279,14 @@ def verify(data_dir, tokenizer=None, deep=True, trust_marker=True):
             raise DataError(f"{path} is not a plain file (a FIFO, a device or a folder); prepare {data_dir} again "
                             "(--force)")
         _check_size(path, path.stat().st_size, info["tokens"], itemsize, data_dir)
-        fingerprint = _fingerprint(path)
-        if deep and (fingerprint is None or marks.get(info["file"]) != fingerprint):
+        seen = fingerprint(path)
+        if deep and (seen is None or marks.get(info["file"]) != seen):
             hashed = True
             if sha256_file(path) != info["sha256"]:
                 raise DataError(f"{path} does not match the sha256 in meta.json; the file is corrupt: "
                                 f"prepare {data_dir} again (--force)")
     if hashed:   # a marker that vouched for every file stays as it is: trainers in parallel do not rewrite it
-        _mark_verified(data_dir, meta)
+        mark_verified(data_dir, meta)
     return meta
 
 

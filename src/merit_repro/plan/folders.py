@@ -22,7 +22,7 @@ import os
 import stat
 from pathlib import Path
 
-from merit_repro.data.tokens import VERIFIED_MARKER, read_marker
+from merit_repro.data.marker import VERIFIED_MARKER, read_marker
 from merit_repro.plan import paths
 from merit_repro.plan.records import WEIGHTS, check_weights, file_problems
 from merit_repro.utils import UserError, atomic_write_json, read_plain_json, sha256_file
@@ -42,6 +42,8 @@ ARTIFACT_SUFFIXES = (".csv", ".md", ".tex", ".json", ".png", ".pdf")
 LAYOUT = {
     "results": f"{', '.join(name + '/' for name in RESULTS_WRITES)}",
     "figures": f"{', '.join(INDEX_FILES)} and <artifact>/<experiment>{{{','.join(ARTIFACT_SUFFIXES)}}}",
+    # a stopped run's copy (merit_repro.report.partial, scripts/mechanism_gpu.sh --out)
+    "partial": "cells/, figures/, partial.csv, partial.md and the bundle",
 }
 SHOWN = 3   # entries a refusal names
 ADOPT = "--config adopt_folders=True"   # Snakemake's --config reads only True and False as booleans

@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 
 from merit_repro.config import configfiles
-from merit_repro.plan import paths
+from merit_repro.plan import folders, paths
 from merit_repro.plan.records import summary_problems
 from merit_repro.utils import UserError, atomic_write_bytes, cli, current_umask, one_line, open_plain, read_plain_bytes
 
@@ -51,6 +51,8 @@ CELL = re.compile(r"(?P<model>[^/]+)/(?P<tokens>[^/]+)/(?P<optimizer>[^/]+)/bs(?
 STATES = {"running": "the run may still be going", "stopped": "the run was stopped", "failed": "the run failed",
           "finished": "the run finished"}
 CELLS, FIGURES = "cells", "figures"
+ROLE = "partial"   # the role its --out folder's record names
+OUT_RECORD = "partial.json"
 
 
 def finished_cells(results):
@@ -242,15 +244,39 @@ def counted(rows):
     return f"{len(rows)} cell{'' if len(rows) == 1 else 's'}"
 
 
-def check_out(out, folders):
+def check_out(out, workflow_folders):
     """A UserError when out is a file, or overlaps a folder the workflow writes ({role: folder})."""
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file: give a folder (it is made when missing)")
-    for role, folder in folders.items():
+    for role, folder in workflow_folders.items():
         a, b = out.resolve(), Path(folder).resolve()
         if a == b or a.is_relative_to(b) or b.is_relative_to(a):
             raise UserError(f"--out {out} and the {role} folder {folder} overlap: give --out a folder of its own, "
                             "outside the workflow's")
+
+
+def claim_out(out):
+    """out is this report's by its record (OUT_RECORD, plan.folders' record of role "partial"), written when out was
+    new or empty; a folder holding anything else is refused, naming it, so that no file of someone else's is
+    overwritten. (A visible file: a stopped run's copy is read by people, and its record says what it is.)"""
+    fix = "give --out a new or empty folder"
+    path = out / OUT_RECORD
+    if os.path.lexists(path):
+        try:
+            role = folders.read_record(path)["role"]
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise UserError(f"--out {out}: its {OUT_RECORD} is damaged ({one_line(err)[:200]}): {fix}") from None
+        if role != ROLE:
+            raise UserError(f"--out {out}: its {OUT_RECORD} is not a partial report's record: {fix}")
+        return
+    found = sorted(p.name for p in out.iterdir() if p.name not in folders.PLACEHOLDERS) if out.is_dir() else []
+    if found:
+        more = ", ..." if len(found) > folders.SHOWN else ""
+        raise UserError(f"--out {out} holds {len(found)} entr{'y' if len(found) == 1 else 'ies'} this report did not "
+                        f"write ({', '.join(map(folders.shown, found[:folders.SHOWN]))}{more}): {fix}")
+    how = "empty" if out.is_dir() else "new"
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(path, (json.dumps(folders.record(ROLE, how), indent=1) + "\n").encode())
 
 
 def config_folders(configfile):
@@ -290,7 +316,7 @@ def main(argv=None):
     else:   # the config's results folder is made by its first job: none yet is no cell yet
         results, figures, bundle = config_folders(args.configfile)
     check_out(out, {"results": results, **({"figures": figures} if figures else {})})
-    out.mkdir(parents=True, exist_ok=True)
+    claim_out(out)
     rows = update(results, out, args.state, figures, bundle)
     if args.state != "running":
         print(f"partial report: {counted(rows)} finished, copied to {out} ({STATES[args.state]})", file=sys.stderr)
