@@ -22,8 +22,8 @@ heads, width and so head size, context, tokens) is chosen by this rule, written 
    below the top of --lrs (else the range above it went unseen).
 4. A candidate is allowed when the experiment, with this geometry, is projected to train within
    TRAINING_SHARE of --budget-minutes on 2 cores (the rest is the workflow's own steps): every cell the config
-   plans before extensions (grid, claim and curve seeds; ``planned_cells``), each at the candidate's median
-   measured seconds a cell, x SMALL_BATCH_SLOWDOWN at the small batch and x MERIT_SLOWDOWN for MERIT, --jobs at
+   plans before extensions (grid, claim and curve seeds; ``merit_repro.plan.cost.planned_cells``), each at the
+   candidate's median measured seconds a cell, x SMALL_BATCH_SLOWDOWN at the small batch and x MERIT_SLOWDOWN for MERIT, --jobs at
    a time.
 5. The chosen geometry is the allowed candidate with the premise and the largest rise. If none has it, the
    premise is absent at this scale: the config keeps its geometry and says so (``premise_absent``), and its
@@ -44,6 +44,7 @@ import pandas as pd
 
 from merit_repro.config import configfiles
 from merit_repro.plan import grid
+from merit_repro.plan.cost import planned_cells
 from merit_repro.plan.tuning import canonical
 from merit_repro.plan.validate import validate
 from merit_repro.report.tables import summarise_run
@@ -55,6 +56,8 @@ TRAINING_SHARE = 0.75          # step 4: the share of the budget training may ta
 SMALL_BATCH_SLOWDOWN = 1.3     # step 4: seconds a cell at the small batch / at the large (measured 1.26 at width 48)
 MERIT_SLOWDOWN = 1.25          # step 4: MERIT's seconds a cell / AdamW's (measured about 1.25 at width 48)
 LRS = [2e-3, 4e-3, 8e-3, 1.6e-2, 3.2e-2, 6.4e-2, 1.28e-1]
+# The largest value each numeric flag may take: beyond these it is a typo, not a pilot (an LR above 10 diverges at once)
+MOST = {"lrs": 10.0, "tokens": 2 ** 40, "budget_minutes": 7 * 24 * 60.0, "jobs": 64, "seeds": 2 ** 63 - 1}
 GEOMETRY = re.compile(r"^([1-9]\d{0,2})x([1-9]\d{0,2})x([1-9]\d{0,4})@([1-9]\d{0,4})$")
 
 
@@ -116,16 +119,6 @@ def premise(runs, lrs):
                 mal_low=mal_low, mal_high=mal_high, rise=rise, premise=rise >= PREMISE_RISE and best != top)
 
 
-def planned_cells(config, exp):
-    """[(optimizer, batch), ...]: one entry per cell the experiment plans before any extension (step 4)."""
-    out = []
-    n_grid, n_claim = len(grid.grid_seeds(config, exp)), len(grid.claim_seeds(config, exp))
-    for g in grid.experiment_groups(config, exp):
-        n_curve = len(grid.curve_cells(config, g))
-        out += [(g.optimizer, g.batch)] * (len(g.lrs) * n_grid + n_claim + n_curve)
-    return out
-
-
 def projected_minutes(planned, seconds_at_large, large, jobs):
     total = sum(seconds_at_large * (SMALL_BATCH_SLOWDOWN if batch < large else 1.0)
                 * (MERIT_SLOWDOWN if optimizer == "merit" else 1.0) for optimizer, batch in planned)
@@ -145,6 +138,10 @@ def main(argv=None):
     parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args(argv)
     check_numbers(args, positive=("tokens", "lrs", "budget_minutes", "jobs"), non_negative=("seeds",))
+    for name, most in MOST.items():
+        value = max(getattr(args, name)) if isinstance(getattr(args, name), list) else getattr(args, name)
+        if value > most:
+            raise UserError(f"--{name.replace('_', '-')} {value:g} must be at most {most:g}: give a smaller one")
     shapes = {text: geometry(text) for text in args.geometries}
     config = validate(configfiles.load(args.configfile))
     config.setdefault("results", "results")

@@ -91,6 +91,8 @@ def test_the_mechanism_pilot_refuses_bad_candidates_in_one_line(capsys):
     for flag, value, says in [("--geometries", "4x5x48@64", "geometry '4x5x48@64' is not LAYERSxHEADSxWIDTH@CONTEXT"),
                               ("--geometries", "4x2x48", "geometry '4x2x48' is not LAYERSxHEADSxWIDTH@CONTEXT"),
                               ("--lrs", "0", "--lrs 0 must be a finite number > 0"),
+                              ("--lrs", "20", "--lrs 20 must be at most 10"),
+                              ("--jobs", "1000", "--jobs 1000 must be at most 64"),
                               ("--tokens", "0", "--tokens 0 must be a finite number > 0"),
                               ("--budget-minutes", "nan", "--budget-minutes nan must be a finite number > 0"),
                               ("--experiment", "none", "has no experiment 'none'")]:

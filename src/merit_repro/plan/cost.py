@@ -28,7 +28,7 @@ import json
 import math
 import re
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 from merit_repro.config import configfiles
@@ -173,22 +173,22 @@ def gpu_check_rate(path, config):
                     "(bash scripts/gpu_check.sh --parts 6), or give --tokens-per-s-per-gpu")
 
 
-def planned_cells(config):
-    """{batch: cells} every group of the config plans before any extension or close call: its grid with the grid
-    seeds, the claim seeds at its best LR, its curve seeds (distinct cells once)."""
-    by_batch = defaultdict(set)
-    for name in sorted(config["experiments"]):
+def planned_cells(config, *names):
+    """[(optimizer, batch)], one per distinct cell the named experiments (default: all) plan before any extension or
+    close call: each group's grid with the grid seeds, the claim seeds at its best LR, its curve seeds."""
+    cells = set()
+    for name in sorted(names or config["experiments"]):
         for g in grid.experiment_groups(config, name):
-            key = (g.model, g.tokens, g.optimizer)
-            by_batch[g.batch] |= {(key, lr, s) for lr in g.lrs for s in grid.grid_seeds(config, name)}
-            by_batch[g.batch] |= {(key, "best", s) for s in grid.claim_seeds(config, name)}
-            by_batch[g.batch] |= {(key, f"{k:g}x best", s) for k, s in grid.curve_cells(config, g)}
-    return {b: len(cells) for b, cells in sorted(by_batch.items())}
+            key = (g.model, g.tokens, g.optimizer, g.batch)
+            cells |= {(key, lr, s) for lr in g.lrs for s in grid.grid_seeds(config, name)}
+            cells |= {(key, "best", s) for s in grid.claim_seeds(config, name)}
+            cells |= {(key, f"{k:g}x best", s) for k, s in grid.curve_cells(config, g)}
+    return sorted((key[2], key[3]) for key, _, _ in cells)
 
 
 def slot_plan(config, seconds_at, slots):
     """Lines: the planned cells per batch at their measured seconds, and the seconds slots cells at a time take."""
-    cells = planned_cells(config)
+    cells = Counter(batch for _, batch in planned_cells(config))
     lost = sorted(set(cells) - set(seconds_at))
     if lost:
         raise UserError(f"--cell-seconds gives no seconds for batch {', '.join(map(str, lost))}: give BATCH=SECONDS "

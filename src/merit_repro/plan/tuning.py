@@ -75,8 +75,9 @@ def lr_key(lr):
     return float(lr)
 
 
-def per_lr(results, lrs, grid_seeds):
-    """One row per LR tried: its seeds' losses (None when diverged), selection loss, disqualification."""
+def per_lr(results, lrs, grid_seeds, curve_seeds=()):
+    """One row per LR tried: its seeds' losses (None when diverged), selection loss, disqualification, and the
+    reporting seeds that diverged there (a curve seed's divergence is its own, not a claim seed's)."""
     rows = []
     for lr in sorted(lrs, key=lr_key):
         seeds = {seed: loss for (cell_lr, seed), loss in results.items() if cell_lr == lr}
@@ -89,7 +90,7 @@ def per_lr(results, lrs, grid_seeds):
         rows.append({"lr": lr, "seeds": {str(s): seeds[s] for s in sorted(seeds)}, "diverged_seeds": diverged,
                      "selection_loss": selection, "mean": statistics.fmean(finished) if finished else None,
                      "disqualified": bool(grid_diverged),
-                     "claim_diverged": [s for s in diverged if s not in grid_seeds]})
+                     "claim_diverged": [s for s in diverged if s not in grid_seeds and s not in curve_seeds]})
     return rows
 
 
@@ -198,7 +199,7 @@ def decide(spec, results):
     extensions = list(spec.get("extensions", []))
     lrs = sorted(set(spec["lrs"]) | set(extensions), key=lr_key)
     grid_seeds, claim_seeds = list(spec["grid_seeds"]), list(spec["claim_seeds"])
-    rows = per_lr(results, lrs, grid_seeds)
+    rows = per_lr(results, lrs, grid_seeds, spec.get("curve_seeds", ()))
     best = choose(rows)
     at_edge = best is not None and best in (lrs[0], lrs[-1])
     cells = sorted(results, key=lambda c: (lr_key(c[0]), c[1]))

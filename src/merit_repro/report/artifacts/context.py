@@ -115,8 +115,7 @@ class Context(PaperNumbers):
         runs = self.seed_runs(model, optimizer, batch, lr)
         rivals, alternatives = self.choice(model, optimizer, batch, lambda x: self.estimate(
             model, optimizer, batch, metric, False, x)) if choice else ((), ())
-        values = {int(s): float(v) for s, v in zip(runs.seed, pd.to_numeric(runs[metric], errors="coerce"))
-                  if pd.notna(v)} if metric in runs else {}
+        values = seed_values(runs, metric) if metric in runs else {}
         group = (model, optimizer, int(batch))
         if values:
             return of_values(label, values, (model, batch), bool(row.at_edge) and lr is None, lr or row.lr, metric,
@@ -308,6 +307,11 @@ class Context(PaperNumbers):
             f", {_per(self.spec['tokens'], model):.3g} tokens, the paper's {self.paper_tokens(model):.3g}"
             if budget_only(self.config, model, self.spec) else f" standing in for {spec.get('paper_model')}")
         return f"{model} ({spec['model']}{stand_in})"
+
+def seed_values(runs, metric):
+    """{seed: value} of a metric over runs (one per seed), the runs without a value left out."""
+    return {int(s): float(v) for s, v in zip(runs.seed, pd.to_numeric(runs[metric], errors="coerce")) if pd.notna(v)}
+
 
 def log_of(e):
     """An estimate of the logarithm, from its seeds' values (a failure or a missing one as it is)."""

@@ -53,7 +53,7 @@ from merit_repro.plan.tuning import CURVE, SELECTION_METRIC, curve_lrs
 from merit_repro.report.claims import DESCRIPTIVE, EQUIVALENT, HELD, NOT_HELD, NO_WORSE, Setting, statement
 from merit_repro.report.stats import Estimate, holm, of_values
 
-from .context import log_of
+from .context import log_of, seed_values
 from .paper import _per
 
 LABEL = re.compile(r"^(S\d[abcm]?|L\d) \(")
@@ -124,8 +124,7 @@ def at_lr(ctx, model, batch, lr):
     if tuned_here is not None and tuned_here.lr == lr:   # the grid seeds chose this LR: they do not report it
         cells = cells[~cells.seed.isin(grid_seeds(ctx.config, ctx.experiment))]
     label = f"AdamW@{batch} ({model})"
-    values = {int(s): float(v) for s, v in zip(cells.seed, pd.to_numeric(cells.peak_mal, errors="coerce"))
-              if pd.notna(v)}
+    values = seed_values(cells, "peak_mal")
     if not values:
         return Estimate(label, None)
     return log_of(of_values(label, values, (model, batch), lr=lr, metric="peak_mal"))
@@ -155,8 +154,7 @@ def at_multiple(ctx, model, optimizer, batch, k, metric="peak_mal"):
     if len(failed):
         return Estimate(label, math.inf, lr=lr, at_edge=bool(row.at_edge), metric=metric,
                         inf_text=f"diverged on {len(failed)} of {len(runs)} curve seeds at {lr}")
-    values = {int(s): float(v) for s, v in zip(runs.seed, pd.to_numeric(runs[metric], errors="coerce"))
-              if pd.notna(v)}
+    values = seed_values(runs, metric)
     if not values:
         return Estimate(label, None, lr=lr)
     e = of_values(label, values, (model, batch), bool(row.at_edge), lr, metric)
