@@ -48,7 +48,7 @@ def report(label, df, wall=None):
 
 def run(configfile, cores, warm):
     with tempfile.TemporaryDirectory() as tmp:
-        for name in ["Snakefile", "workflow", "config", "src", "environment.yml"]:
+        for name in ["Snakefile", "workflow", "config", "src"]:
             (shutil.copytree if (REPO / name).is_dir() else shutil.copy)(REPO / name, Path(tmp) / name)
         env = {**os.environ, "MERIT_WARM_START": "1" if warm else "0"}
         start = time.perf_counter()

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-COPY = ["src", "tests", "workflow", "config", "profiles", "Snakefile", "environment.yml", "pyproject.toml"]
+COPY = ["src", "tests", "workflow", "config", "profiles", "Snakefile", "pyproject.toml"]
 UNIT = ["tests/test_optim.py", "tests/test_model.py", "tests/test_tuning.py", "tests/test_claims.py",
         "tests/test_report.py", "tests/test_data.py"]
 TRAIN = UNIT + ["tests/test_train.py"]

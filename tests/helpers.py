@@ -27,7 +27,7 @@ CELL = dict(model="demo-tiny", block_size=32, batch_size=8, tokens=8 * 32 * 40, 
 
 def copy_workflow(dest):
     dest.mkdir(parents=True, exist_ok=True)
-    for name in ["Snakefile", "workflow", "config", "src", "environment.yml"]:
+    for name in ["Snakefile", "workflow", "config", "src"]:
         src = REPO / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, dest / name)
     return dest

@@ -55,4 +55,4 @@ def test_the_workflow_catalogs_usage_is_the_readmes():
 
     usage = yaml.safe_load((REPO / ".snakemake-workflow-catalog.yml").read_text())["usage"]
     assert f"snakemake {usage['mandatory-flags']['flags']}" in (REPO / "README.md").read_text()
-    assert usage["software-stack-deployment"]["conda"] and (REPO / "environment.yml").is_file()
+    assert usage["software-stack-deployment"]["conda"] and (REPO / "workflow" / "envs" / "merit.yaml").is_file()

@@ -80,7 +80,7 @@ def test_pin_writes_the_installed_version_in():
 
 def test_with_jobs_in_another_environment_the_version_must_be_pinned():
     """--sdm conda: the workflow cannot see the jobs' packages, so it reads no version; a pinned one is kept."""
-    with pytest.raises(ValueError, match=r"optimizers.lion: the jobs run in the environment.yml environment .* pin it "
+    with pytest.raises(ValueError, match=r"optimizers.lion: the jobs run in the workflow/envs/merit.yaml environment .* pin it "
                                          r"\(optimizers.lion.version\)"):
         sources.pin({"optimizers": {"lion": {"class": "pytorch_optimizer.Lion"}}}, installed_here=False)
     pinned = {"optimizers": {"lion": {"class": "pytorch_optimizer.Lion", "version": "0.0.1"}}}

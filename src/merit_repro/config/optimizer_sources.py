@@ -154,9 +154,9 @@ def pin(config, installed_here=True):
         if installed_here:
             spec["version"] = resolve(name, spec)["version"]
         elif spec.get("version") is None:
-            raise ValueError(f"optimizers.{name}: the jobs run in the environment.yml environment (--sdm conda), "
+            raise ValueError(f"optimizers.{name}: the jobs run in the workflow/envs/merit.yaml environment (--sdm conda), "
                              f"where this workflow cannot read {declared_package(spec)}'s version; pin it "
-                             f"(optimizers.{name}.version) and add the package to environment.yml")
+                             f"(optimizers.{name}.version) and add the package to workflow/envs/merit.yaml")
     return config
 
 
