@@ -32,7 +32,7 @@ class Plan:
     fit_model: GPTConfig = field(default_factory=lambda: GPTConfig.named("gpt2-small"))
     fit_batch: int = 240                  # sequences per GPU: the paper's 480 on 2 GPUs
     fit_world_size: int = 2
-    fit_steps: int = 3
+    fit_steps: int = 3                    # MERIT steps at the fitted micro-batch, the first untimed (>= 2)
     speed_models: dict = field(default_factory=lambda: {n: GPTConfig.named(n) for n in
                                                         ("gpt2-small", "gpt2-medium", "gpt2-large")})
     speed_batch: int = 8                  # part 2's batch: Small's compiled graph is part 2's

@@ -2,15 +2,14 @@
 fitted size with gradient accumulation: no OOM, and peak memory within the limit the fit assumed."""
 
 import math
-import time
 
 import torch
 
 from merit_repro.optim import build, fastest_on, param_groups
 from merit_repro.train.hardware import mfu, peak_flops
-from merit_repro.train.timing import autocast, device_name, synchronize
+from merit_repro.train.timing import autocast, device_name, time_steps
 
-from .common import PAPER_HP, first_line, gib, new_model, params, percent
+from .common import PAPER_HP, accumulated_step, first_line, gib, new_model, params, percent
 
 
 def part_memory(plan, device, workdir):
@@ -31,29 +30,19 @@ def part_memory(plan, device, workdir):
     opt = build("merit", param_groups(model, PAPER_HP["weight_decay"]), **fastest_on(device, "merit", dict(PAPER_HP)))
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    oom, losses, t_timed = None, [], None
-    try:
-        for step in range(plan.fit_steps):
-            if step == 1:
-                synchronize(device)
-                t_timed = time.perf_counter()
-            loss_sum = torch.zeros((), device=device)
-            for _ in range(accum):
-                x, y = (torch.randint(0, cfg.vocab_size, (micro, cfg.block_size), device=device) for _ in range(2))
-                with ac:
-                    _, loss = model(x, y)
-                (loss / accum).backward()
-                loss_sum += loss.detach()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            losses.append(loss_sum / accum)
-        synchronize(device)
+    losses = []
+
+    def step():   # fresh tokens each micro-batch, as a real batch would be
+        micro_batches = [tuple(torch.randint(0, cfg.vocab_size, (micro, cfg.block_size), device=device) for _ in range(2))
+                         for _ in range(accum)]
+        losses.append(accumulated_step(model, model, opt, micro_batches, ac, grad_clip=1.0))
+
+    oom, timed = None, None
+    try:   # the first step untimed (allocation, warm-up), as the trainer's tokens/s leaves its start-up out
+        timed = time_steps(step, plan.fit_steps - 1, device, warmup=1)
     except torch.OutOfMemoryError as err:
         oom = first_line(err, 100)
-    timed_steps = plan.fit_steps - 1
-    tokens_per_s = (timed_steps * batch * cfg.block_size / (time.perf_counter() - t_timed)
-                    if oom is None and t_timed else None)
+    tokens_per_s = batch * cfg.block_size / timed.seconds_per_step if timed else None
     finite = oom is None and all(math.isfinite(v) for v in torch.stack(losses).float().tolist())
     what = f"{plan.fit_steps} MERIT steps of {accum} x {micro} sequences"
     if device.type == "cuda":

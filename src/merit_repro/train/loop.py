@@ -32,7 +32,7 @@ import torch.distributed as dist
 import yaml
 from torch.nn.parallel import DistributedDataParallel
 
-from merit_repro.data import batches, tokens
+from merit_repro.data import batches
 from merit_repro.models import build_config, build_model, padded_vocab_size
 from merit_repro.optim import build, fastest_on, param_groups
 from merit_repro.plan import records
@@ -46,6 +46,7 @@ from merit_repro.utils import (
 )
 
 from . import checkpoint, tracking
+from .cell_data import CellData
 from .checkpoint import atomic_torch_save
 from .distributed import HostAgreement, all_reduce, autocast_for, setup_device
 from .divergence import DivergenceRule
@@ -84,15 +85,12 @@ class Run:
         self.rank, self.world_size, self.device = setup_device(cfg)
         self.master = self.rank == 0
         self.log = TextLog(self.out / "train.log", echo=True) if self.master else (lambda msg: None)
-        self.meta = tokens.verify(cfg.data_dir, tokenizer=cfg.tokenizer)  # fails before any training
-        self.fingerprints = {"data": records.fingerprint(self.meta)}
-        if cfg.lambada_dir:
-            self.fingerprints["lambada"] = records.fingerprint(tokens.verify(cfg.lambada_dir, tokenizer=cfg.tokenizer))
-        self.per_rank_batch = self.check_shapes()
+        self.data = CellData(cfg)
+        self.per_rank_batch = self.check_batch()
         self.autocast = autocast_for(cfg, self.device)
         torch.manual_seed(cfg.seed)
         self.model_config = build_config(
-            cfg.model, block_size=cfg.block_size, vocab_size=padded_vocab_size(self.meta["vocab_size"]),
+            cfg.model, block_size=cfg.block_size, vocab_size=padded_vocab_size(self.data.meta["vocab_size"]),
             qk_norm=cfg.qk_norm,
             **{k: getattr(cfg, k) for k in ("n_layer", "n_head", "n_embd") if getattr(cfg, k) is not None})
         # Rank 0 draws the initial weights from the CPU's generator (the same on any GPU model, and as every CPU
@@ -109,18 +107,8 @@ class Run:
         self.accum = self.per_rank_batch // self.micro_batch
         self.train_model = self.wrapped_for_training()
         self.names = {p: n for n, p in self.model.named_parameters()}
-        val = tokens.open_tokens(cfg.data_dir, "val", self.meta)
-        self.probe_batch = batches.windows(val, batches.validation_offsets(len(val), cfg.block_size,
-                                        cfg.mal_batch * cfg.block_size)[:cfg.mal_batch], cfg.block_size)[0]
-        # The train split's memmap, opened by the first batch after a log point and dropped at it: opening it per
-        # batch cost more host time than the windows read from it, and dropping it unmaps the pages it read, so
-        # that they do not pile up in the process's RSS over a large corpus (why nanoGPT reopens it per batch)
-        self.train_split = tokens.HeldSplit(cfg.data_dir, "train", self.meta)
-        self.train_tokens = None
-        self.metrics = CsvLog(self.out / "metrics.csv", METRICS_COLUMNS)
-        self.mal = CsvLog(self.out / "mal.csv", MAL_COLUMNS)
-        self.diagnostics = CsvLog(self.out / "diagnostics.csv", DIAGNOSTICS_COLUMNS)
-        self.csv_logs = {"metrics": self.metrics, "mal": self.mal, "diagnostics": self.diagnostics}
+        self.csv_logs = {name: CsvLog(self.out / f"{name}.csv", columns) for name, columns in
+                         (("metrics", METRICS_COLUMNS), ("mal", MAL_COLUMNS), ("diagnostics", DIAGNOSTICS_COLUMNS))}
         self.ckpt_path = self.out / "ckpt.pt"
         self.stops = Stops(HostAgreement(self.world_size), cfg.steps, cfg.checkpoint_every,
                            cfg.checkpoint_every_minutes, stop_at, clock=clock)
@@ -133,15 +121,10 @@ class Run:
 
     # -- set-up
 
-    def check_shapes(self):
-        """The batch each rank trains on, once the splits hold a window and the batch divides into the devices and
-        micro-batches (a ValueError naming the fix otherwise)."""
+    def check_batch(self):
+        """The batch each rank trains on, once it divides into the devices and micro-batches (a ValueError naming
+        the fix otherwise)."""
         cfg = self.cfg
-        for split in tokens.SPLITS:
-            n = self.meta["splits"][split]["tokens"]
-            if n < cfg.block_size + 2:
-                raise ValueError(f"block_size={cfg.block_size} is larger than the {split} split of {cfg.data_dir} "
-                                 f"({n} tokens); use a smaller block_size or more data")
         if cfg.batch_size % self.world_size:
             raise ValueError(f"batch_size={cfg.batch_size} is not divisible by the {self.world_size} devices")
         per_rank = cfg.batch_size // self.world_size
@@ -165,12 +148,8 @@ class Run:
     # -- pieces of a step
 
     def batch(self, step, micro_step):
-        cfg = self.cfg
-        if self.train_tokens is None:
-            self.train_tokens = self.train_split.open()
-        offsets = batches.batch_offsets(len(self.train_tokens), cfg.block_size, cfg.batch_size, cfg.seed, step)
-        rows = batches.micro_batch_slice(cfg.batch_size, self.micro_batch, self.world_size, self.rank, micro_step)
-        x, y = batches.windows(self.train_tokens, offsets[rows], cfg.block_size)
+        rows = batches.micro_batch_slice(self.cfg.batch_size, self.micro_batch, self.world_size, self.rank, micro_step)
+        x, y = self.data.windows(step, rows)
         if self.device.type == "cuda":   # page-locked, so the copy overlaps with the GPU's work
             x, y = x.pin_memory(), y.pin_memory()
         return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
@@ -199,7 +178,7 @@ class Run:
         return lr, loss_sum / self.accum, grad_norm   # on the device: read back at the next log point
 
     def evaluate(self):
-        total, count = validation_loss(self.model, self.cfg.data_dir, self.meta, self.cfg.block_size,
+        total, count = validation_loss(self.model, self.cfg.data_dir, self.data.meta, self.cfg.block_size,
                                        self.cfg.eval_tokens, self.micro_batch, self.device, self.autocast,
                                        self.rank, self.world_size)
         return float(all_reduce(total, self.device)) / float(all_reduce(count, self.device))
@@ -210,7 +189,7 @@ class Run:
         synchronize(self.device)   # the queued training steps finish on the training clock
         t0 = self.now()
         with self.autocast:
-            mal, wq, wk = self.model.probe_attention(self.probe_batch.to(self.device))
+            mal, wq, wk = self.model.probe_attention(self.data.probe_batch.to(self.device))
         L, H = mal.shape
         mal, wq, wk = mal.tolist(), wq.tolist(), wk.tolist()
         self.probes[step] = [{"step": step, "layer": layer + 1, "head": head + 1, "mal": mal[layer][head],
@@ -272,7 +251,8 @@ class Run:
             if not (evaluate_now or checkpoint_now or stop_code or out_of_time or done % cfg.log_every == 0 or last):
                 continue   # no host synchronisation with the GPU between log points
             reason = self.flush(pending, evaluate_now)
-            pending, self.train_tokens = [], None
+            pending = []
+            self.data.release()
             if reason:
                 return reason
             if stop_code or out_of_time or checkpoint_now:
@@ -319,7 +299,7 @@ class Run:
         texts, start = {}, 0
         if self.ckpt_path.exists():
             # CPU runs load a copy: their optimizer state would otherwise stay views into the mapped file
-            ckpt = checkpoint.load(self.ckpt_path, self.cfg, self.fingerprints, mmap=self.device.type == "cuda")
+            ckpt = checkpoint.load(self.ckpt_path, self.cfg, self.data.fingerprints, mmap=self.device.type == "cuda")
             self.model.load_state_dict(ckpt["model"])
             self.optimizer.load_state_dict(ckpt["optimizer"])
             checkpoint.set_rng_state(ckpt["rng"], self.device)
@@ -334,7 +314,7 @@ class Run:
         """Rank 0 writes the checkpoint; every rank waits for it, so none exits (or is killed) before it is whole."""
         t0 = self.now()
         if self.master:
-            checkpoint.save(self.ckpt_path, self.cfg, self.fingerprints, done, self.model, self.optimizer,
+            checkpoint.save(self.ckpt_path, self.cfg, self.data.fingerprints, done, self.model, self.optimizer,
                             self.state.to_checkpoint(), self.csv_logs, self.device)
         self.stops.agreement.barrier()
         self.clock.window_start = self.now()
@@ -420,12 +400,12 @@ class Run:
                 "peak_memory_bytes": peak_memory, "n_params": self.model.num_params(), "world_size": self.world_size,
                 "micro_batch_size": self.micro_batch, "grad_accum": self.accum,
                 "model_config": self.model.config_dict(), "device": describe_device(self.device),
-                "data": self.meta.get("request"), "data_fingerprint": self.fingerprints}
+                "data": self.data.meta.get("request"), "data_fingerprint": self.data.fingerprints}
 
     def finish(self, status, reason):
         """The run's final files (rank 0): weights when kept, eval.json, the CSVs closed, summary.json last."""
         cfg = self.cfg
-        steps_done = last_step(self.metrics.text) if self.master else None
+        steps_done = last_step(self.csv_logs["metrics"].text) if self.master else None
         result = {"val_loss": self.state.last_val_loss, "val_tokens": None}
         if cfg.lambada_dir and status == "ok" and self.master:
             result.update(lambada(self.model, cfg.lambada_dir, cfg.block_size, self.device, self.autocast))
@@ -436,8 +416,7 @@ class Run:
                 if cfg.save_model == "bf16":
                     state = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in state.items()}
                 atomic_torch_save(state, self.out / "model.pt")
-            result["val_tokens"] = len(batches.validation_offsets(self.meta["splits"]["val"]["tokens"], cfg.block_size,
-                                                                  cfg.eval_tokens)) * cfg.block_size
+            result["val_tokens"] = self.data.val_tokens
             for log in self.csv_logs.values():
                 log.finish()
             atomic_write_json(self.out / "eval.json", result)
