@@ -168,9 +168,9 @@ def private_copy(finished_run, tmp_path):
 
 
 def result_keys(settings):
-    from merit_repro.plan.cell import result_settings
+    from merit_repro.plan.cell import identity
 
-    return {k: v for k, v in result_settings(settings).items() if k != "data_dir"}
+    return identity(settings)
 
 
 def prepare_again(corpus):

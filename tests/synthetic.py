@@ -14,6 +14,7 @@ from pathlib import Path
 
 from merit_repro import bundle
 from merit_repro.plan import grid, tuning
+from merit_repro.plan.cell import CellConfig
 from merit_repro.report import tables
 from merit_repro.report.artifacts import make, write_index
 from merit_repro.report.second_look import first_look
@@ -33,7 +34,14 @@ def default_curve(final, steps):
     return lambda step: INITIAL_LOSS + (final - INITIAL_LOSS) * math.sqrt(step / steps)
 
 
-def write_run(run_dir, final, steps, curve=None, peak_mal=1.0, n_layers=2):
+def schedule(config, group, lr, seed):
+    """The warmup and probe steps a trainer records of a cell, from its config."""
+    cfg = CellConfig.from_dict(grid.cell_config(config, group.model, group.tokens, group.optimizer, group.batch, lr,
+                                                seed))
+    return {"warmup_rule": cfg.warmup_rule, "warmup_steps": cfg.lr_warmup_steps, "probe_steps": cfg.probe_steps()}
+
+
+def write_run(run_dir, final, steps, curve=None, peak_mal=1.0, n_layers=2, *, recorded):
     run_dir.mkdir(parents=True, exist_ok=True)
     curve = curve or (default_curve(final, steps) if final is not None else (lambda step: INITIAL_LOSS))
     lines = [",".join(METRICS_COLUMNS)]
@@ -47,7 +55,7 @@ def write_run(run_dir, final, steps, curve=None, peak_mal=1.0, n_layers=2):
     status = "ok" if final is not None else "diverged"
     (run_dir / "summary.json").write_text(json.dumps({
         "status": status, "final_val_loss": final, "best_val_loss": final, "steps": steps, "planned_steps": steps,
-        "tokens_per_s": 1000.0, "train_seconds": 1.0, "loss_spikes": 0, "eval_interval": EVAL_EVERY}))
+        "tokens_per_s": 1000.0, "train_seconds": 1.0, "loss_spikes": 0, "eval_interval": EVAL_EVERY, **recorded}))
     (run_dir / "eval.json").write_text(json.dumps({"val_loss": final}))
 
 
@@ -69,7 +77,8 @@ def build(tmp_path, config, loss, curve=None, peak_mal=None):
                 steps = steps_for(group.batch)
                 shape = curve(group, lr, seed, final, steps) if curve else None
                 write_run(Path(grid.Cell(group.model, group.tokens, group.optimizer, group.batch, lr, seed).path(results)),
-                          final, steps, shape, peak_mal(group, lr, seed) if peak_mal else 1.0)
+                          final, steps, shape, peak_mal(group, lr, seed) if peak_mal else 1.0,
+                          recorded=schedule(config, group, lr, seed))
                 out[(lr, seed)] = final
             return out
 
@@ -95,7 +104,8 @@ def look_twice(results, config, loss, peak_mal=None):
             if c["seed_origin"] == tuning.SECOND_LOOK:
                 write_run(Path(grid.Cell(g.model, g.tokens, g.optimizer, g.batch, c["lr"], c["seed"]).path(results)),
                           loss(g, c["lr"], c["seed"]), steps_for(g.batch),
-                          peak_mal=peak_mal(g, c["lr"], c["seed"]) if peak_mal else 1.0)
+                          peak_mal=peak_mal(g, c["lr"], c["seed"]) if peak_mal else 1.0,
+                          recorded=schedule(config, g, c["lr"], c["seed"]))
     return record, decisions, write_tables(results, config, decisions)
 
 

@@ -418,7 +418,7 @@ os.fsync = no_space
 snakemake = types.SimpleNamespace(
     log=[{str(log)!r}], output=[{str(out)!r}],
     input=types.SimpleNamespace(decisions={list(decisions)!r}, data=[{str(results / "data/d/meta.json")!r}]),
-    params=types.SimpleNamespace(results={str(results)!r}, config={BUNDLE_CONFIG!r}, lock=None))
+    params=types.SimpleNamespace(results={str(results)!r}, config={json.dumps(BUNDLE_CONFIG)!r}, lock=None))
 runpy.run_path({str(script)!r}, init_globals={{"snakemake": snakemake}}, run_name="__main__")
 """
     r = subprocess.run([sys.executable, "-c", driver], capture_output=True, text=True, timeout=120)

@@ -6,30 +6,30 @@ import time
 import pytest
 from helpers import tiny_config
 
-from merit_repro.plan.cell import CellConfig, load_cell_config, result_config
+from merit_repro.plan.cell import CellConfig, identity, load_cell_config
 from merit_repro.plan.validate import validate
 
 # What the mechanism experiment compares: 8x apart in batch, equal tokens (config/mechanism.yaml's setting).
 SMALL, LARGE = (dict(block_size=64, tokens=2**21, batch_size=b) for b in (8, 64))
 
 
-def identity(cfg):
-    return hashlib.sha256(json.dumps(result_config(cfg), sort_keys=True).encode()).hexdigest()
+def identity_hash(cfg):
+    return hashlib.sha256(json.dumps(identity(cfg), sort_keys=True).encode()).hexdigest()
 
 
 def test_cells_that_set_none_of_the_new_keys_keep_their_identity():
-    """Hashes of result_config taken before warmup_steps, warmup_tokens and mal_probes existed: runs and
+    """Hashes of a cell's identity taken before warmup_steps, warmup_tokens and mal_probes existed: runs and
     checkpoints made then are still these cells' (the workflow's params and paths: see the report of issue 43)."""
-    assert identity(CellConfig()) == "691a992efd48aa51020d40f721310224fdf41087d418f63f604b39054f5eeda3"
+    assert identity_hash(CellConfig()) == "691a992efd48aa51020d40f721310224fdf41087d418f63f604b39054f5eeda3"
     mechanism = CellConfig(warmup_frac=0.05, mal_every=8, batch_size=64, tokens=2**21, block_size=64)
-    assert identity(mechanism) == "7da1ad4b8627715ccd6c682634f346b5c1fffc93e964b6914c8ef103694988a1"
+    assert identity_hash(mechanism) == "7da1ad4b8627715ccd6c682634f346b5c1fffc93e964b6914c8ef103694988a1"
     assert CellConfig.from_dict(CellConfig().to_dict()).warmup_frac == 0.02   # a summary.json read back
 
 
 def test_the_new_keys_set_are_part_of_the_identity():
-    assert identity(CellConfig(warmup_steps=10)) != identity(CellConfig(warmup_tokens=10 * 32 * 128))
-    assert identity(CellConfig(mal_probes=64)) != identity(CellConfig())
-    assert result_config(CellConfig(warmup_steps=10))["warmup_frac"] is None
+    assert identity_hash(CellConfig(warmup_steps=10)) != identity_hash(CellConfig(warmup_tokens=10 * 32 * 128))
+    assert identity_hash(CellConfig(mal_probes=64)) != identity_hash(CellConfig())
+    assert identity(CellConfig(warmup_steps=10))["warmup_frac"] is None
 
 
 def test_a_share_of_the_steps_warms_up_a_large_batch_over_fewer_steps():

@@ -185,7 +185,6 @@ def test_a_merge_onto_a_file_where_a_run_goes_writes_nothing(tmp_path, capsys, b
     (["--cell", "null"], "--cell 'null' is not a JSON object"),
     (["--cell", "{bad"], "--cell is not JSON"),
     (["--cell", "[" * 100_000 + "]" * 100_000], "--cell is nested too deeply to read"),
-    (["--run-settings", '"save_model"'], "--run-settings '\"save_model\"' is not a JSON object"),
     (["--cell", '{"model": 3}'], "invalid cell config: model=3 must be str"),
 ])
 def test_launch_refuses_bad_flags_in_one_line_before_training(tmp_path, capsys, flags, says):

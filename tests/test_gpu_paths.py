@@ -151,20 +151,20 @@ def test_a_checkpoint_saved_when_data_dir_was_part_of_a_cell_still_resumes(tmp_p
     """Checkpoints from before data_dir became a location (its corpus's fingerprint is checked instead) record
     it in their config; they resume, as do those saved before optimizer_source was a key, and a checkpoint of
     another cell is still refused."""
-    from merit_repro.plan.cell import CellConfig, result_config
+    from merit_repro.plan.cell import CellConfig, identity
     from merit_repro.utils import UserError
 
     cfg = CellConfig(model="demo-tiny", optimizer="adamw", lr=1e-3, batch_size=8, tokens=4096.0, seed=0,
                      data_dir="results/data/x", tokenizer="bytes")
     path = tmp_path / "ckpt.pt"
     rest = {key: {} for key in checkpoint.KEYS}
-    torch.save({**rest, "config": {**result_config(cfg), "data_dir": "results/data/x"},
+    torch.save({**rest, "config": {**identity(cfg), "data_dir": "results/data/x"},
                 "data_fingerprint": {"data": "f"}, "step": 3}, path)
     assert checkpoint.load(path, cfg, {"data": "f"}, mmap=False)["step"] == 3
-    before_sources = {k: v for k, v in result_config(cfg).items() if k != "optimizer_source"}   # saved before it was a key
+    before_sources = {k: v for k, v in identity(cfg).items() if k != "optimizer_source"}   # saved before it was a key
     torch.save({**rest, "config": before_sources, "data_fingerprint": {"data": "f"}, "step": 3}, path)
     assert checkpoint.load(path, cfg, {"data": "f"}, mmap=False)["step"] == 3
-    torch.save({**rest, "config": {**result_config(cfg), "lr": 2e-3}, "data_fingerprint": {"data": "f"}, "step": 3},
+    torch.save({**rest, "config": {**identity(cfg), "lr": 2e-3}, "data_fingerprint": {"data": "f"}, "step": 3},
                path)
     with pytest.raises(UserError, match=r"a checkpoint of a different cell \(keys \['lr'\] differ\)"):
         checkpoint.load(path, cfg, {"data": "f"}, mmap=False)

@@ -54,8 +54,21 @@ def test_a_runs_row_carries_the_phases_beside_the_columns_it_had(tmp_path):
     rows().to_csv(tmp_path / "mal.csv", index=False)
     (tmp_path / "summary.json").write_text(json.dumps(dict(
         status="ok", final_val_loss=2.0, best_val_loss=2.0, steps=8, planned_steps=8, tokens_per_s=1.0,
-        train_seconds=1.0, loss_spikes=0)))
+        train_seconds=1.0, loss_spikes=0, warmup_rule="warmup_frac 0.02", warmup_steps=1, probe_steps=[0, 4, 8])))
     (tmp_path / "eval.json").write_text("{}")
     row = summarise_run(tmp_path, {"model": "T"}, mal_threshold=30)
+    assert (row["warmup_rule"], row["warmup_steps"], row["probes"]) == ("warmup_frac 0.02", 1, 3)
     assert row["peak_mal"] == 50 and row["n_layers_mal_over_threshold"] == 1 and row["n_layers"] == 2
     assert row["mal_first_quarter_max"] == 5 and row["mal_last_quarter_mean"] == pytest.approx(45)
+
+
+def test_a_run_recorded_before_its_schedule_was_has_it_from_its_own_config(tmp_path):
+    """A summary.json written before the trainer recorded its warmup and probe steps (a bundle of then)."""
+    rows().to_csv(tmp_path / "mal.csv", index=False)
+    (tmp_path / "summary.json").write_text(json.dumps(dict(
+        status="ok", final_val_loss=2.0, best_val_loss=2.0, steps=8, planned_steps=8, tokens_per_s=1.0,
+        train_seconds=1.0, loss_spikes=0, config={"batch_size": 8, "block_size": 32, "tokens": 2048, "warmup_steps": 3,
+                                                  "mal_every": 4})))
+    (tmp_path / "eval.json").write_text("{}")
+    row = summarise_run(tmp_path, {"model": "T"}, mal_threshold=30)
+    assert (row["warmup_rule"], row["warmup_steps"], row["probes"]) == ("warmup_steps 3", 3, 3)   # steps 0, 4, 8

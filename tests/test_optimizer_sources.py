@@ -17,7 +17,7 @@ from merit_repro.config.registry import OPTIMIZERS
 from merit_repro.optim import build
 from merit_repro.optim.check import problems as build_problems
 from merit_repro.plan import grid
-from merit_repro.plan.cell import CellConfig, split_settings
+from merit_repro.plan.cell import CellConfig, identity
 from merit_repro.plan.validate import source_problems
 
 REPO = Path(__file__).resolve().parents[1]
@@ -298,7 +298,7 @@ def test_the_example_configs_are_valid_and_share_the_demos_cells(name):
     example = validate(configfiles.load(REPO / "examples" / name))
     demo = configfiles.load(REPO / "config" / "config.yaml")
     for optimizer, lr in [("adamw", "2e-3"), ("merit", "4e-2")]:   # the train rule's params: what identifies a cell
-        assert (split_settings(grid.cell_config(example, "S", 262144, optimizer, 64, lr, 1))[0]
-                == split_settings(grid.cell_config(demo, "S", 262144, optimizer, 64, lr, 1))[0])
+        assert (identity(grid.cell_config(example, "S", 262144, optimizer, 64, lr, 1))
+                == identity(grid.cell_config(demo, "S", 262144, optimizer, 64, lr, 1)))
     (added,) = sources.external_names(example)
     assert added in example["experiments"][next(iter(example["experiments"]))]["optimizers"]

@@ -1,6 +1,7 @@
 """Every number in the report comes from complete runs of the configured cells on the data they claim: run
 files vouched for by their summary, and the corpus in every cell's identity."""
 
+import csv
 import errno
 import json
 import os
@@ -48,6 +49,22 @@ def test_summary_vouches_for_every_run_file(finished_run):
     assert set(summary["files"]) == set(records.VOUCHED)
     assert summary["files"]["metrics.csv"]["rows"] == 41 and summary["files"] == records.vouch(run)
     assert records.file_problems(run, summary) == []
+
+
+@pytest.mark.slow
+def test_summary_records_the_warmup_and_probe_steps_the_run_took(finished_run):
+    """Read off the run's own files: the MAL probes at the steps mal.csv holds, and the LR at its peak first at the
+    step that warmup's last update made (metrics.csv logs the LR of the update that made each step; step 0's row is the
+    untrained model's, at the configured LR)."""
+    run, _ = finished_run
+    summary = json.loads((run / "summary.json").read_text())
+    with open(run / "mal.csv") as f:
+        assert summary["probe_steps"] == sorted({int(row["step"]) for row in csv.DictReader(f)})
+    with open(run / "metrics.csv") as f:
+        lrs = {int(row["step"]): float(row["lr"]) for row in csv.DictReader(f) if int(row["step"]) > 0}
+    peak = max(lrs.values())
+    assert min(step for step, lr in lrs.items() if lr == peak) == summary["warmup_steps"] >= 1
+    assert summary["warmup_rule"] == f"warmup_frac {summary['config']['warmup_frac']:g}"
 
 
 @pytest.mark.parametrize("name", ["mal.csv", "metrics.csv", "eval.json"])

@@ -20,7 +20,7 @@ rule bundle:
         ENV
     params:
         results=lambda wc, input: str(paths.results_of_table(input.tables[0])),
-        config=grid.sorted_dict(config),
+        config=as_text(config),
         lock=str(Path(workflow.basedir) / "requirements-lock.txt"),
     script:
         "../scripts/make_bundle.py"

@@ -25,7 +25,7 @@ from merit_repro.config.registry import ARTIFACTS
 from merit_repro.plan import folders as output_folders
 from merit_repro.plan import grid, paths, runtime, tuning
 from merit_repro.plan import resources as job_resources
-from merit_repro.plan.cell import split_settings
+from merit_repro.plan.cell import identity
 from merit_repro.plan.validate import corpus_problems, optimizer_settings, source_problems, validate as check_config
 from merit_repro import bundle
 from merit_repro.train import tracking
@@ -71,9 +71,6 @@ try:
 except UserError as err:
     raise WorkflowError(str(err)) from None
 # ---- end of output folders
-# Live tracking reaches the trainers through their environment (merit_repro.train.tracking), never a cell's config or
-# a rule's params: switching it on or off retrains nothing.
-os.environ[tracking.ENV] = json.dumps(config["tracking"], sort_keys=True)
 
 PYTHON = "python" if CONDA else sys.executable
 # A job's shell `exec`s its command, so that the command, not a shell, gets the scheduler's signals (SIGTERM
@@ -367,7 +364,7 @@ def tuned_groups():
 def configured_groups(decisions):
     """Per tuned group (by the path of its decision), what the config asks of it: its tuning spec and its cells'
     settings (lr and seed aside). The collect step checks every run against it; a change reruns that check."""
-    return grid.sorted_dict({path: grid.group_expectation(config, g) for path, g in zip(decisions, GROUPS.values())})
+    return as_text({path: grid.group_expectation(config, g) for path, g in zip(decisions, GROUPS.values())})
 
 
 def first_look():
@@ -430,14 +427,21 @@ def train_signal_lead(wildcards, attempt):
     return job_resources.signal_lead(config, job_minutes(wildcards, attempt))
 
 
-def train_run_settings(wildcards):
-    """How the cell runs (save_model, compile, ...): a resource, so that changing it retrains nothing."""
-    return json.dumps(split_settings(cell_of(wildcards))[1], sort_keys=True)
+def as_text(obj):
+    """A param of dicts, as sorted JSON text: Snakemake tracks a rule's params by their repr, in which a dict keeps
+    the order of its keys, so the order of keys in a config file would rerun the rule."""
+    return json.dumps(obj, sort_keys=True)
 
 
 def train_cell(wildcards):
-    """The cell's result settings: its identity, the rule's one tracked param."""
-    return json.dumps(split_settings(cell_of(wildcards))[0], sort_keys=True)
+    """The whole cell, as the launcher takes it: a resource, which Snakemake does not track, so that how a cell
+    runs (save_model, compile, where its corpus lies) retrains nothing."""
+    return json.dumps(cell_of(wildcards), sort_keys=True)
+
+
+def train_identity(wildcards):
+    """The cell's identity (merit_repro.plan.cell.identity): the rule's one tracked param, compared as text."""
+    return json.dumps(identity(cell_of(wildcards)), sort_keys=True)
 
 
 def train_threads(wildcards):
@@ -493,4 +497,4 @@ def scoring_device(wildcards):
 
 
 def experiment_spec(wildcards):
-    return grid.sorted_dict(config["experiments"][wildcards.experiment])
+    return as_text(config["experiments"][wildcards.experiment])

@@ -54,8 +54,8 @@ if SECOND_LOOK and not BUNDLE:  # a bundle brings both looks' decisions
             mal_threshold=config["report"]["mal_threshold"],
             expected=configured_groups(final_decisions()),
             # what the statements depend on besides the runs: a change looks again
-            report=grid.sorted_dict(config["report"]),
-            experiments=grid.sorted_dict(config["experiments"]),
+            report=as_text(config["report"]),
+            experiments=as_text(config["experiments"]),
             seeds=SECOND_LOOK,
         script:
             "../scripts/second_look.py"
@@ -115,7 +115,7 @@ rule artifact:
     conda:
         ENV
     params:
-        report=grid.sorted_dict(config["report"]),
+        report=as_text(config["report"]),
         experiment=experiment_spec,
     script:
         "../scripts/artifact.py"

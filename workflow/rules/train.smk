@@ -13,7 +13,9 @@ TRAIN_RESOURCES = dict(
     time_budget_s=time_budget_seconds,
     slurm_extra=train_slurm_extra,
     signal_lead_s=train_signal_lead,
-    run_settings=train_run_settings,
+    cell=train_cell,
+    # live tracking (merit_repro.train.tracking): a resource, not a param, so switching it on retrains nothing
+    tracking=json.dumps(config["tracking"], sort_keys=True),
 )
 
 
@@ -37,11 +39,11 @@ rule train:
         nodes=1,
     params:
         python=EXEC_PYTHON,
-        cell=train_cell,
+        identity=train_identity,  # tracked: a change retrains the cell (its whole settings are resources.cell)
         gpus=train_gpus,
         out_dir=run_folder,
     shell:
-        "{params.python} -m merit_repro.launch --cell {params.cell:q} --run-settings {resources.run_settings:q} "
+        "{params.python} -m merit_repro.launch --cell {resources.cell:q} --tracking {resources.tracking:q} "
         "--out {params.out_dir:q} --gpus {params.gpus} --nodes {resources.nodes} --threads {threads} "
         "--time-budget-seconds {resources.time_budget_s} --signal-lead-seconds {resources.signal_lead_s} > {log:q} 2>&1"
 

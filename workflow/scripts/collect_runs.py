@@ -1,6 +1,7 @@
 """Every tuned group's cells -> results/tables/runs.csv (one row per distinct cell) and cells.csv (which
 cells each experiment trained, and why), once every one of them is checked to be a configured cell's
 complete, intact run on the corpus prepared now (merit_repro.report.integrity); otherwise no table is written."""
+import json
 import sys
 
 error_stream = sys.stderr
@@ -12,7 +13,7 @@ from merit_repro.utils import UserError  # noqa: E402
 
 try:
     decisions = {path: read_decision(path) for path in snakemake.input.decisions}
-    check_collected(decisions, snakemake.params.expected, snakemake.params.results)
+    check_collected(decisions, json.loads(snakemake.params.expected), snakemake.params.results)
 except UserError as err:
     for stream in (sys.stdout, error_stream):
         print(f"error: {err}", file=stream, flush=True)

@@ -13,7 +13,7 @@ decisions = {path: json.loads(open(path).read()) for path in snakemake.input.dec
 corpora = [path.removesuffix("/meta.json") for path in snakemake.input.data]
 try:
     manifest = bundle.create(snakemake.output[0], snakemake.params.results, decisions, corpora,
-                             snakemake.params.config, git_commit(), snakemake.params.lock)
+                             json.loads(snakemake.params.config), git_commit(), snakemake.params.lock)
 except UserError as err:
     for stream in (sys.stdout, error_stream):
         print(f"error: {err}", file=stream, flush=True)

@@ -1,5 +1,6 @@
 """Every group's final decision -> results/tuning/_second_look.json: every statement judged on the claim seeds, and
 the groups the second look trains (merit_repro.report.second_look), once every run is checked as collect_runs does."""
+import json
 import sys
 
 error_stream = sys.stderr
@@ -12,7 +13,7 @@ from merit_repro.utils import UserError  # noqa: E402
 
 try:
     decisions = {path: read_decision(path) for path in snakemake.input.decisions}
-    check_collected(decisions, snakemake.params.expected, snakemake.params.results)
+    check_collected(decisions, json.loads(snakemake.params.expected), snakemake.params.results)
     print(write_first_look(snakemake.config, list(decisions.values()), snakemake.params.results,
                            snakemake.input.paper, snakemake.params.mal_threshold, snakemake.output[0]))
 except UserError as err:

@@ -1,6 +1,6 @@
 """Launch one training cell as the workflow does: cell.yaml beside the run, one process per GPU.
 
-    python -m merit_repro.launch --cell '{"model": ...}' [--run-settings '{"save_model": true}'] --out RUN
+    python -m merit_repro.launch --cell '{"model": ...}' --out RUN [--tracking '{"backend": "tensorboard"}']
         [--gpus N] [--nodes K] [--threads T] [--time-budget-seconds S] [--signal-lead-seconds L]
 
 ``launch_cell`` writes RUN/cell.yaml and runs ``python -m merit_repro.train`` on it: for a CPU cell in a warm
@@ -25,6 +25,7 @@ from pathlib import Path
 import yaml
 
 from merit_repro.plan.cell import load_cell_config
+from merit_repro.train.tracking import ENV as TRACKING_ENV
 from merit_repro.utils import UserError, atomic_write_bytes, check_numbers, cli, lead_within, parse_data, to_console
 
 from . import torchrun, warmstart
@@ -106,7 +107,8 @@ def check_visible(gpus, nodes, device, scheduler):
                         f"{os.environ.get('MERIT_GPUS', 'unset')!r}); run it where they are, or give the model gpus: 0")
 
 
-def launch_cell(cell, out_dir, gpus=0, threads=1, time_budget_seconds=None, nodes=1, signal_lead_seconds=240):
+def launch_cell(cell, out_dir, gpus=0, threads=1, time_budget_seconds=None, nodes=1, signal_lead_seconds=240,
+                tracking=None):
     out_dir = Path(out_dir)
     # A cell given GPUs trains on them or fails at once (no quiet fall-back to the CPU), unless its config
     # says device: cpu on purpose.
@@ -122,6 +124,8 @@ def launch_cell(cell, out_dir, gpus=0, threads=1, time_budget_seconds=None, node
     load_cell_config(config_path)   # the trainer's own check, once here, not once a rank (nor after GPU slots)
     ranks_threads = str(threads_per_rank(threads, gpus, nodes))
     env = {**os.environ, "OMP_NUM_THREADS": ranks_threads, "MKL_NUM_THREADS": ranks_threads, "PYTHONUNBUFFERED": "1"}
+    if tracking is not None:   # never part of the cell: switching it on retrains nothing
+        env[TRACKING_ENV] = tracking
     if gpus > 1 and nodes == 1:   # every rank on this host: the ranks' host-side gloo group on the loopback too
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")
     if device != "cpu" and not {"PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"} & set(env):
@@ -191,9 +195,9 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m merit_repro.launch", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cell", required=True, help="the cell's settings as JSON (merit_repro.plan.cell.CellConfig keys)")
-    parser.add_argument("--run-settings", default="{}", help="more settings as JSON, merged into --cell: the workflow "
-                        "passes the ones that do not change the result (merit_repro.plan.cell.RESOURCE_KEYS) here")
     parser.add_argument("--out", required=True, type=Path, help="run directory")
+    parser.add_argument("--tracking", help=f"live tracking as JSON (merit_repro.train.tracking), passed to the trainer "
+                        f"as {TRACKING_ENV}; default: {TRACKING_ENV} as set here, else none")
     parser.add_argument("--gpus", type=int, default=0, help="GPUs of the cell (0: CPU; more than 1: torchrun)")
     parser.add_argument("--nodes", type=int, default=1,
                         help="nodes of the cell (more than 1: srun, one torchrun a node)")
@@ -204,9 +208,9 @@ def main(argv=None):
                         help="how long before its limit the scheduler sends SIGTERM: the trainer stops before that")
     args = parser.parse_args(argv)
     check_numbers(args, non_negative=("time_budget_seconds", "signal_lead_seconds"))
-    cell = {**json_object("--cell", args.cell), **json_object("--run-settings", args.run_settings)}
+    cell = json_object("--cell", args.cell)
     code = launch_cell(cell, args.out, args.gpus, args.threads, args.time_budget_seconds or None, args.nodes,
-                       args.signal_lead_seconds)
+                       args.signal_lead_seconds, args.tracking)
     if code in torchrun.STOP_CODES:   # the trainer's own exit after its checkpoint, not a death by a signal
         to_console(f"[launch] {args.out}: stopped with its checkpoint, exit {code} ({torchrun.STOP_CODES[code]}); "
                    "a retry resumes it")

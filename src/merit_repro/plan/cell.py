@@ -30,9 +30,12 @@ MAX_BATCH_SIZE = 2**24   # sequences in one global batch: far above the paper's 
 # made before the others existed.
 WARMUP_RULES = ("warmup_frac", "warmup_steps", "warmup_tokens")
 DEFAULT_WARMUP_FRAC = 0.02
-# Settings added after cells had trained, left out of a cell's result settings while at their default (None): a run
-# or checkpoint made before them is the same cell as the one that would be made now.
-LATER_KEYS = ("warmup_steps", "warmup_tokens", "mal_probes")
+
+
+def added_later():
+    """A setting added after cells had trained: part of a cell's identity only once set, so that a run or
+    checkpoint made before it existed is still the cell that would be made now."""
+    return field(default=None, metadata={"added_later": True})
 
 
 @dataclass
@@ -63,8 +66,8 @@ class CellConfig:
     # takes lr and its optimizer_hparams only, not the betas and eps above
     optimizer_source: dict | None = None
     warmup_frac: float | None = None    # linear warmup over this share of the steps (WARMUP_RULES: one set) ...
-    warmup_steps: int | None = None     # ... or over this many steps at every batch ...
-    warmup_tokens: float | None = None  # ... or over this many tokens (the same tokens at every batch)
+    warmup_steps: int | None = added_later()     # ... or over this many steps at every batch ...
+    warmup_tokens: float | None = added_later()  # ... or over this many tokens (the same tokens at every batch)
     min_lr_frac: float = 0.1            # cosine decay to this share of the peak (paper: 10%)
     grad_clip: float = 1.0              # global grad-norm clip (0: off)
     # evaluation and probes
@@ -72,7 +75,7 @@ class CellConfig:
     eval_every_tokens: int | None = None  # ... or, when set, training tokens between them (same points per batch)
     eval_tokens: int = 65536            # validation tokens, the same fixed windows for every cell
     mal_every: int = 128                # steps between MAL probes (the paper plots every 128) ...
-    mal_probes: int | None = None       # ... or, when set, this many, at the same tokens in every cell (probe_steps)
+    mal_probes: int | None = added_later()  # ... or, when set, this many, at the same tokens in every cell (probe_steps)
     mal_batch: int = 4                  # sequences in the fixed MAL probe batch (from val.bin)
     divergence_factor: float = 1.0      # diverged: non-finite loss, or loss above factor x the first loss ...
     divergence_window: float = 0.1      # ... for this share of the planned steps in a row (merit_repro.train.divergence)
@@ -116,6 +119,12 @@ class CellConfig:
         if self.warmup_tokens is not None:
             return max(1, round(self.warmup_tokens / self.tokens_per_step)) if self.warmup_tokens > 0 else 0
         return max(1, round(self.warmup_frac * self.steps)) if self.warmup_frac > 0 else 0
+
+    @property
+    def warmup_rule(self):
+        """The rule that sets the warmup, as "warmup_frac 0.05"."""
+        rule = next(r for r in WARMUP_RULES if getattr(self, r) is not None)
+        return f"{rule} {getattr(self, rule):g}"
 
     def lr_at(self, step):
         """LR for update number step (0-based): linear warmup, then cosine to min_lr_frac x peak."""
@@ -260,23 +269,15 @@ def has_steps(cfg):
     return cfg.tokens_per_step >= 1 and cfg.tokens >= cfg.tokens_per_step
 
 
-def result_config(cfg: CellConfig):
-    """The settings of a cell that change its result: what a checkpoint or finished run must share with it."""
+def identity(settings):
+    """What makes a cell's result, of its settings (a CellConfig, a workflow cell's dict, a summary.json's or a
+    checkpoint's "config"): every setting but RESOURCE_KEYS, each default filled in, and no setting added later
+    that is still unset. Cells of equal identity are one cell, however their config spells them: the training
+    rule's one tracked param, and what a checkpoint or a finished run must share with the cell it is taken for."""
+    cfg = settings if isinstance(settings, CellConfig) else CellConfig.from_dict(settings)
+    later = {f.name for f in fields(CellConfig) if f.metadata.get("added_later")}
     return {k: v for k, v in cfg.to_dict().items()
-            if k not in RESOURCE_KEYS and not (k in LATER_KEYS and v is None)}
-
-
-def split_settings(settings: dict):
-    """(the settings that change a cell's result, the rest: RESOURCE_KEYS), of a workflow cell's settings dict.
-    The train rule's params are the first only, so changing how a cell runs (save_model, compile, ...) does not
-    retrain it."""
-    result = {k: v for k, v in settings.items() if k not in RESOURCE_KEYS}
-    return result, {k: v for k, v in settings.items() if k in RESOURCE_KEYS}
-
-
-def result_settings(settings: dict):
-    """result_config of a settings dict (a workflow cell's, or a summary.json's "config")."""
-    return result_config(CellConfig.from_dict(settings))
+            if k not in RESOURCE_KEYS and not (k in later and v is None)}
 
 
 def source_is_whole(source):

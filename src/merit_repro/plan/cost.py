@@ -163,7 +163,7 @@ def gpu_check_rate(path, config):
     rates = measured_rates(check)
     model = largest_model(config)
     architecture = config["models"][model]["model"]
-    compiled = grid.cell_config(config, model, 1, "adamw", 1, 1e-3, 0).get("compile")
+    compiled = grid.model_settings(config, model).get("compile")
     for mode in ("compiled", "eager") if compiled else ("eager",):
         if (architecture, mode) in rates:
             return rates[architecture, mode], f"{architecture} {mode} on {check['device']}, part 6 of {path}"

@@ -179,7 +179,7 @@ def group_expectation(config, group):
     """What the collect step checks a tuned group's runs against: its tuning spec, and the settings its cells
     share (expected_settings adds each cell's lr and seed)."""
     return {"spec": {**tuning_spec(config, group), "second_look_seeds": second_look_seeds(config)},
-            "settings": cell_config(config, group.model, group.tokens, group.optimizer, group.batch, "1", 0)}
+            "settings": group_settings(config, group.model, group.tokens, group.optimizer, group.batch)}
 
 
 def expected_settings(expectation, lr, seed):
@@ -188,7 +188,7 @@ def expected_settings(expectation, lr, seed):
 
 
 def group_corpora(config, group):
-    settings = cell_config(config, group.model, group.tokens, group.optimizer, group.batch, "1", 0)
+    settings = model_settings(config, group.model)
     return [d for d in (settings["data_dir"], settings["lambada_dir"]) if d]
 
 
@@ -237,11 +237,18 @@ def data_dir(config, data_key):
 
 
 def cell_config(config, model, tokens, optimizer, batch, lr, seed):
-    """The CellConfig dict of one cell (what `python -m merit_repro.train` receives)."""
-    model_spec = config["models"][model]
-    data_key = model_spec["data"]
-    settings = dict(config.get("cell_defaults", {}))
-    settings.update({k: v for k, v in model_spec.items() if k not in MODEL_ONLY_KEYS})
+    """The CellConfig dict of one cell (what `python -m merit_repro.train` receives): its group's settings, its
+    LR and seed, and whether it keeps its final weights."""
+    settings = {**group_settings(config, model, tokens, optimizer, batch), "lr": float(lr), "seed": int(seed)}
+    if "save_model" not in settings and keeps_weights(config, model, tokens, optimizer, batch, seed):
+        settings["save_model"] = zeroshot_settings(config)["weights"]
+    return settings
+
+
+def group_settings(config, model, tokens, optimizer, batch):
+    """The settings every cell of a group shares: all of a cell's but its lr and seed (and save_model, which a
+    zeroshot artifact sets on its claim seeds)."""
+    settings = model_settings(config, model)
     known = {f.name for f in fields(CellConfig)}
     spec = config.get("optimizers", {}).get(optimizer, {})
     source = optimizer_sources.source(optimizer, spec)
@@ -254,28 +261,25 @@ def cell_config(config, model, tokens, optimizer, batch, lr, seed):
             (settings if key in known else extra)[key] = value
     if extra:
         settings["optimizer_hparams"] = {**settings.get("optimizer_hparams", {}), **extra}
+    settings.update(optimizer=optimizer, batch_size=int(batch), tokens=float(tokens))
+    if "betas" in settings:
+        settings["betas"] = list(settings["betas"])
+    return settings
+
+
+def model_settings(config, model):
+    """A model's settings, whatever it trains with: cell_defaults, the model's own, and the corpora it reads."""
+    model_spec = config["models"][model]
+    data_key = model_spec["data"]
+    settings = dict(config.get("cell_defaults", {}))
+    settings.update({k: v for k, v in model_spec.items() if k not in MODEL_ONLY_KEYS})
     lambada = config.get("lambada")
     tokenizer = config["data"][data_key]["tokenizer"]
     settings.update(
-        optimizer=optimizer, lr=float(lr), batch_size=int(batch), tokens=float(tokens), seed=int(seed),
         data_dir=data_dir(config, data_key), tokenizer=tokenizer,
         lambada_dir=data_dir(config, lambada) if lambada and config["data"][lambada]["tokenizer"] == tokenizer else None,
     )
-    if "betas" in settings:
-        settings["betas"] = list(settings["betas"])
-    if "save_model" not in settings and keeps_weights(config, model, tokens, optimizer, batch, seed):
-        settings["save_model"] = zeroshot_settings(config)["weights"]
-    return sorted_dict(settings)
-
-
-def sorted_dict(obj):
-    """obj with every dict's keys sorted: Snakemake compares params by their text, so the order of keys in a
-    config file must not make a cell look changed (and retrain it)."""
-    if isinstance(obj, dict):
-        return {k: sorted_dict(obj[k]) for k in sorted(obj, key=str)}
-    if isinstance(obj, (list, tuple)):
-        return [sorted_dict(v) for v in obj]
-    return obj
+    return settings
 
 
 def model_gpus(config, model):

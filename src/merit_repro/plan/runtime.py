@@ -2,12 +2,12 @@
 never kills a job early."""
 
 from . import flops
-from .grid import cell_config, model_gpus
+from .grid import model_gpus, model_settings
 
 
 def flops_per_token(config, model):
     """(training FLOPs per token, parameters) of a model variant of the config."""
-    return flops.of_cell(cell_config(config, model, 1, "adamw", 1, 1e-3, 0))
+    return flops.of_cell(model_settings(config, model))
 
 
 # Training FLOP/s of one cell on one CPU core (one thread), by the count of flops_per_token: the lower end of

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from merit_repro.plan.cell import result_settings
+from merit_repro.plan.cell import CellConfig, identity
 from merit_repro.plan.grid import Cell, expected_settings
 from merit_repro.plan.tuning import REPORTING
 
@@ -18,7 +18,7 @@ from .integrity import check_runs
 from .mal import MAL_LEVELS, mal_phases
 
 RUN_COLUMNS = ["model", "tokens", "optimizer", "batch", "lr", "seed", "run_dir", "status", "final_val_loss",
-               "best_val_loss", "steps", "lambada_ppl", "lambada_acc", "peak_mal", "peak_mal_layer", "peak_mal_step",
+               "best_val_loss", "steps", "warmup_rule", "warmup_steps", "probes", "lambada_ppl", "lambada_acc", "peak_mal", "peak_mal_layer", "peak_mal_step",
                "n_layers", "n_layers_mal_over_threshold", "loss_spikes", "tokens_per_s", "train_seconds",
                "mal_first_quarter_max", "mal_last_quarter_mean", *(f"n_layers_peak_mal_over_{v:g}" for v in MAL_LEVELS)]
 GROUP_COLUMNS = ["experiment", "model", "tokens", "optimizer", "batch"]
@@ -38,11 +38,21 @@ def summarise_run(run_dir, coords, mal_threshold, results=None):
                best_val_loss=summary["best_val_loss"], steps=summary["steps"],
                lambada_ppl=evaluation.get("lambada_ppl"), lambada_acc=evaluation.get("lambada_acc"),
                loss_spikes=summary.get("loss_spikes"), tokens_per_s=summary["tokens_per_s"],
-               train_seconds=summary["train_seconds"])
+               train_seconds=summary["train_seconds"], **schedule(summary))
     if len(mal):
         per_layer, run = mal_phases(mal, summary["planned_steps"])
         row.update(run, n_layers_mal_over_threshold=int((per_layer["peak"] > mal_threshold).sum()))
     return row
+
+
+def schedule(summary):
+    """The warmup rule, warmup steps and number of MAL probes a run used, as its trainer recorded them; a run
+    recorded before the trainer wrote them has them from its own config."""
+    if "warmup_steps" not in summary:
+        cfg = CellConfig.from_dict(summary["config"])
+        summary = {"warmup_rule": cfg.warmup_rule, "warmup_steps": cfg.lr_warmup_steps, "probe_steps": cfg.probe_steps()}
+    return {"warmup_rule": summary["warmup_rule"], "warmup_steps": summary["warmup_steps"],
+            "probes": len(summary["probe_steps"])}
 
 
 def collect_runs(runs, mal_threshold, results=None):
@@ -71,7 +81,7 @@ def check_collected(decisions, expected, results):
         cells = [(Cell(g["model"], g["tokens"], g["optimizer"], g["batch"], c["lr"], c["seed"]).path(results),
                   expected_settings(expectation, c["lr"], c["seed"])) for c in decision["cells"]]
         groups.append((decision, expectation["spec"], cells))
-    check_runs(groups, result_settings, lambda run_dir: f"delete {run_dir}/summary.json and run the workflow again to "
+    check_runs(groups, identity, lambda run_dir: f"delete {run_dir}/summary.json and run the workflow again to "
                                                         "retrain it")
 
 

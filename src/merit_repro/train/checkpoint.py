@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from merit_repro.plan.cell import RESOURCE_KEYS, result_config
+from merit_repro.plan.cell import identity
 from merit_repro.utils import UserError, named_error
 
 KEYS = {"config", "step", "model", "optimizer", "rng", "loop", "logs"}
@@ -89,7 +89,7 @@ def set_rng_state(state, device):
 
 
 def save(path, cfg, fingerprints, step, model, optimizer, loop, logs, device):
-    atomic_torch_save({"config": result_config(cfg), "data_fingerprint": fingerprints, "step": step,
+    atomic_torch_save({"config": identity(cfg), "data_fingerprint": fingerprints, "step": step,
                        "model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": rng_state(device),
                        "loop": loop, "logs": {name: log.snapshot() for name, log in logs.items()}}, path)
 
@@ -110,11 +110,14 @@ def load(path, cfg, fingerprints, mmap=True):
         reason = str(err).splitlines()[0][:200] if str(err) else "truncated"
         raise UserError(f"{path} cannot be read as a checkpoint ({type(err).__name__}: {reason}); delete it to start "
                         "the cell over, or restore it") from None
-    # a checkpoint saved before data_dir became a resource key records it: compare without resource keys; one saved
-    # before optimizer_source existed trained a built-in optimizer
-    saved = {"optimizer_source": None, **{k: v for k, v in ckpt["config"].items() if k not in RESOURCE_KEYS}}
-    if saved != result_config(cfg):
-        changed = sorted(k for k in set(saved) | set(result_config(cfg)) if saved.get(k) != result_config(cfg).get(k))
+    # identities, not the saved dict: one saved before data_dir became a resource key records it, one saved before
+    # optimizer_source existed lacks it (it trained a built-in optimizer)
+    try:
+        saved = identity(ckpt["config"])
+    except (TypeError, ValueError) as err:
+        raise UserError(f"{path} holds no cell config of this version ({err}); delete it to start the cell over") from None
+    if saved != identity(cfg):
+        changed = sorted(k for k in set(saved) | set(identity(cfg)) if saved.get(k) != identity(cfg).get(k))
         raise UserError(f"{path} is a checkpoint of a different cell (keys {changed} differ); "
                         "delete it to start over, or use another --out")
     trained_on = (ckpt.get("data_fingerprint") or {}).get("data")   # LAMBADA is read only at the end

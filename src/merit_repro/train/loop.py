@@ -36,7 +36,7 @@ from merit_repro.data import batches
 from merit_repro.models import build_config, build_model, padded_vocab_size
 from merit_repro.optim import build, fastest_on, param_groups
 from merit_repro.plan import records
-from merit_repro.plan.cell import CellConfig, load_cell_config, result_config
+from merit_repro.plan.cell import CellConfig, identity, load_cell_config
 from merit_repro.utils import (
     UserError,
     atomic_write_json,
@@ -446,7 +446,7 @@ def already_complete(cfg, out_dir):
     saying what differs."""
     summary = records.read_summary(out_dir)
     try:
-        same = result_config(CellConfig.from_dict(summary["config"])) == result_config(cfg)
+        same = identity(summary["config"]) == identity(cfg)
     except (TypeError, ValueError):
         same = False
     if not same:

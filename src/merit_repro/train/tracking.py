@@ -7,8 +7,9 @@ scalars at each row's ``step``, tagged ``<file>/<the row's identifying columns>/
     mal/layer1/head2/mal, mal/layer1/head2/wq_max     mal.csv, by layer and head (1-based)
     diagnostics/transformer.h.0.mlp.c_fc.weight/clip_fraction    diagnostics.csv, by parameter
 
-The workflow's ``tracking`` config reaches the trainer as the environment variable MERIT_TRACKING (JSON,
-set in workflow/rules/common.smk), never as part of a cell's config: switching it on retrains nothing.
+The workflow's ``tracking`` config reaches the trainer as the environment variable MERIT_TRACKING (JSON, set by
+the launcher's --tracking, a resource of the train rule), never as part of a cell's config: switching it on
+retrains nothing.
 By hand, the trainer reads the same variable (a backend name alone will do):
 
     MERIT_TRACKING='{"backend": "tensorboard"}' python -m merit_repro.train --config cell.yaml --out DIR

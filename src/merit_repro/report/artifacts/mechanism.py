@@ -47,14 +47,12 @@ import re
 import numpy as np
 import pandas as pd
 
-from merit_repro.plan.cell import WARMUP_RULES, CellConfig
-from merit_repro.plan.grid import cell_config, grid_seeds
+from merit_repro.plan.grid import grid_seeds
 from merit_repro.plan.tuning import CURVE, SELECTION_METRIC, curve_lrs
 from merit_repro.report.claims import DESCRIPTIVE, EQUIVALENT, HELD, NOT_HELD, NO_WORSE, Setting, statement
 from merit_repro.report.stats import Estimate, holm, of_values
 
 from .context import log_of, seed_values
-from .paper import _per
 
 LABEL = re.compile(r"^(S\d[abcm]?|L\d) \(")
 FAMILY = ("S1", "S3", "S4a", "L1", "L2")    # the line's members, each expected to hold
@@ -89,21 +87,21 @@ def design(ctx):
     return Design(small, large, reference, rules, control)
 
 
-def settings_of(ctx, model, batch):
-    """A model's cell settings at a batch (only its schedule is read: where its data lie does not matter)."""
-    return cell_config({"results": "results", **ctx.config}, model, _per(ctx.spec["tokens"], model), "adamw", batch,
-                       "1", 0)
+def schedule_of(ctx, model, batch):
+    """The warmup a model's AdamW cells at a batch trained with, as their trainer recorded it (runs.csv)."""
+    r = ctx.runs
+    rows = r[(r.model == model) & (r.batch == batch) & (r.optimizer == "adamw")]
+    return (rows if len(rows) else r[(r.model == model) & (r.batch == batch)]).iloc[0]
 
 
 def warmup_steps(ctx, model, batch):
-    return CellConfig.from_dict(settings_of(ctx, model, batch)).lr_warmup_steps
+    return int(schedule_of(ctx, model, batch).warmup_steps)
 
 
 def warmup_of(ctx, model, batch):
     """A model's warmup rule and the steps it gives at a batch: "warmup_frac 0.05: 26 steps at batch 64"."""
-    cfg = CellConfig.from_dict(settings_of(ctx, model, batch))
-    rule = next(r for r in WARMUP_RULES if getattr(cfg, r) is not None)
-    return f"{rule} {getattr(cfg, rule):g}: {cfg.lr_warmup_steps} steps at batch {batch}"
+    row = schedule_of(ctx, model, batch)
+    return f"{row.warmup_rule}: {int(row.warmup_steps)} steps at batch {batch}"
 
 
 def rule_text(ctx, model, d):
