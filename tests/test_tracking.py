@@ -112,25 +112,6 @@ def test_the_environment_variable_unset_or_none_tracks_nothing_and_bad_values_ar
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("edit, retrains", [
-    ({"spike_factor": 1.3, "grad_clip": 1.0}, False),   # CellConfig's defaults, written out
-    ({"checkpoint_every": 7, "log_every": 2}, False),   # how the cell runs, not what it is
-    ({"grad_clip": 0.5}, True),
-    ({"warmup_frac": None, "warmup_steps": 1}, True),   # a setting added later, once set
-])
-def test_only_a_change_of_the_cells_identity_retrains_it(one_cell, tmp_path, edit, retrains):
-    workdir, path = one_cell
-    config = yaml.safe_load(path.read_text())
-    config["cell_defaults"] = dict(reversed({**config["cell_defaults"], **edit}.items()))   # another order of keys
-    edited = tmp_path / "edited.yaml"
-    edited.write_text(dump_config(config))
-    r = snakemake(workdir, "-n", f"{RUN_PATH.format(seed=0)}/summary.json", config=edited)
-    out = r.stdout + r.stderr
-    assert r.returncode == 0, out[-3000:]
-    assert ("Nothing to be done" not in out) == retrains, out[-3000:]
-
-
-@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("trackio") is not None, reason="trackio is installed here")
 def test_the_trainer_run_by_hand_reads_the_variable_and_fails_before_training(tmp_path, data_dir):
     cmd = [sys.executable, "-m", "merit_repro.train", "--config", str(cell_file(tmp_path, data_dir)),
