@@ -257,6 +257,9 @@ def test_the_audit_names_rows_a_rebuild_computes_otherwise(tmp_path):
         (into / "origin/tables" / name).write_text("a\n1\n")
         (into / "tables" / name).write_text("a\n1\n")
     assert bundle.audit(into)[0] == "tables/runs.csv: 1 rows, identical to the bundle's"
+    (into / "tables/runs.csv").write_text("model,warmup_steps,lr\nT,3,1e-3\n")   # a column added since the bundle
+    assert bundle.audit(into)[0] == ("tables/runs.csv: 1 rows, identical to the bundle's in its columns (the rebuild "
+                                     "adds warmup_steps)")
     (into / "tables/runs.csv").write_text("model,lr\nT,9e-3\n")
     with pytest.raises(UserError, match=r"tables/runs.csv differs from the bundle's in 1 row\(s\) \(row 1: rebuilt "
                                         r"'T,9e-3', bundle's 'T,1e-3'\)"):

@@ -203,6 +203,8 @@ def test_a_corpus_prepared_with_other_options_than_the_config_is_refused(tmp_pat
     (lambda s: s["config"].update(lr=["6e-3"]), "config.lr=['6e-3'] must be float or int"),
     (lambda s: s["config"].update(data_dir={"path": "x"}), "config.data_dir={'path': 'x'} must be str"),
     (lambda s: s.update(steps=[1]), "steps is a list, not a whole number or null"),
+    (lambda s: s.update(probe_steps=[0, "8"]), 'probe_steps[1] is "8", not a whole number'),
+    (lambda s: s.update(warmup_steps=2.5), "warmup_steps is 2.5, not a whole number"),
     (lambda s: s["model_config"].update(n_layer="2"), 'model_config.n_layer is "2", not a whole number'),
     (lambda s: s.update(files={"mal.csv": "abc"}), 'files.mal.csv is "abc", not an object'),
 ])

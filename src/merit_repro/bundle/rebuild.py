@@ -2,6 +2,7 @@
 folder (never over a different local file), merged into a results tree, and the rebuild's tables audited against the
 bundle's own."""
 
+import csv
 import json
 import os
 import tarfile
@@ -148,19 +149,29 @@ def audit(results):
         if not theirs.is_file():
             problems.append(f"the bundle has no tables/{name} to compare with")
             continue
-        a, b = ours.read_text().splitlines(), theirs.read_text().splitlines()
+        a, b = table_rows(ours), table_rows(theirs)
+        added = [c for c in a[0] if c not in b[0]] if a and b and set(b[0]) < set(a[0]) else []
+        if added:   # a bundle made before these columns were written: compared on its own
+            a = [[row[a[0].index(c)] for c in b[0]] for row in a]
         rows = [i for i in range(max(len(a), len(b))) if i >= len(a) or i >= len(b) or a[i] != b[i]]
         if rows:
-            shown = "; ".join(f"row {i}: rebuilt {a[i] if i < len(a) else '(none)'!r}, bundle's "
-                              f"{b[i] if i < len(b) else '(none)'!r}" for i in rows[:3])
+            shown = "; ".join(f"row {i}: rebuilt {','.join(a[i]) if i < len(a) else '(none)'!r}, bundle's "
+                              f"{','.join(b[i]) if i < len(b) else '(none)'!r}" for i in rows[:3])
             problems.append(f"tables/{name} differs from the bundle's in {len(rows)} row(s) ({shown})")
         else:
-            lines.append(f"tables/{name}: {len(a) - 1} rows, identical to the bundle's")
+            lines.append(f"tables/{name}: {len(a) - 1} rows, identical to the bundle's"
+                         + (f" in its columns (the rebuild adds {', '.join(added)})" if added else ""))
     if problems:
         raise UserError("the report rebuilt from the bundle's runs is not the bundle's own: " + "; ".join(problems)
                         + ". The runs or the sender's tables were changed, or this checkout computes otherwise "
                         "(compare its commit and lock hash with `inspect`)")
     return lines
+
+
+def table_rows(path):
+    """A CSV table's rows, header first, each a list of its fields as written."""
+    with open(path, newline="") as f:
+        return list(csv.reader(f))
 
 
 def describe(manifest, files):

@@ -136,10 +136,11 @@ class CellConfig:
         min_lr = self.min_lr_frac * self.lr
         return min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (self.lr - min_lr)
 
-    def probe_steps(self):
+    def probe_steps(self, until=None):
         """The steps after which the MAL is probed, sorted: 0 (the untrained model), the last step, and every
         mal_every-th step or, with mal_probes, the steps nearest k/mal_probes of the token budget (k = 1 ..
-        mal_probes): cells of any batch size and the same tokens are probed at the same tokens, as steps allow."""
+        mal_probes): cells of any batch size and the same tokens are probed at the same tokens, as steps allow.
+        until: only those up to that step (the probes a run that ended there took, each at its very step)."""
         if self.mal_probes is None:
             regular = range(self.mal_every, self.steps + 1, self.mal_every)
         elif self.mal_probes > self.steps:   # under a step apart: every step, without a loop over every probe
@@ -148,7 +149,8 @@ class CellConfig:
             tokens_apart = self.tokens / self.mal_probes
             regular = (min(self.steps, max(1, round(k * tokens_apart / self.tokens_per_step)))
                        for k in range(1, self.mal_probes + 1))
-        return sorted({0, *regular, self.steps})
+        steps = sorted({0, *regular, self.steps})
+        return steps if until is None else [s for s in steps if s <= until]
 
     def optimizer_kwargs(self):
         kwargs = dict(lr=self.lr)

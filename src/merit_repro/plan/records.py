@@ -151,6 +151,7 @@ SUMMARY_TYPES = {   # its "config" is a CellConfig's: config_problems checks it 
     "status": str, "config": dict, "model_config": MODEL_CONFIG_TYPES,
     "final_val_loss": NUMBER_OR_NULL, "best_val_loss": NUMBER_OR_NULL, "steps": (int, NULL), "planned_steps": int,
     "tokens_per_s": NUMBER_OR_NULL, "train_seconds": NUMBER_OR_NULL, "loss_spikes": Maybe((int, NULL)),
+    "warmup_rule": Maybe(str), "warmup_steps": Maybe(int), "probe_steps": Maybe([int]),   # recorded since 2026-12-07
     "git_commit": Maybe((str, NULL)), "data_fingerprint": Maybe({str: (str, NULL)}),
     "files": Maybe({str: {"sha256": str, "rows": Maybe(int)}}), "weights": Maybe({"size": int, "sha256": str}),
 }
