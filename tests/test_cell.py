@@ -6,7 +6,7 @@ import time
 import pytest
 from helpers import tiny_config
 
-from merit_repro.plan.cell import CellConfig, identity, load_cell_config
+from merit_repro.plan.cell import CellConfig, identity, identity_text, load_cell_config
 from merit_repro.plan.validate import validate
 
 # What the mechanism experiment compares: 8x apart in batch, equal tokens (config/mechanism.yaml's setting).
@@ -30,6 +30,18 @@ def test_the_new_keys_set_are_part_of_the_identity():
     assert identity_hash(CellConfig(warmup_steps=10)) != identity_hash(CellConfig(warmup_tokens=10 * 32 * 128))
     assert identity_hash(CellConfig(mal_probes=64)) != identity_hash(CellConfig())
     assert identity(CellConfig(warmup_steps=10))["warmup_frac"] is None
+
+
+def test_an_identity_does_not_depend_on_how_a_config_writes_the_cell():
+    """Defaults written out (1 for 1.0 too), keys in another order, and settings of how a cell runs: one identity,
+    one text; a setting that changes the result: another."""
+    cell = {"model": "demo-tiny", "lr": 3e-3, "batch_size": 8, "tokens": 4096.0, "seed": 1}
+    written = dict(reversed({**cell, "grad_clip": 1, "eps": 1e-6, "warmup_frac": None, "save_model": "bf16",
+                             "compile": True, "micro_batch_size": 2, "data_dir": "elsewhere"}.items()))
+    assert identity(written) == identity(cell) and identity_text(written) == identity_text(cell)
+    assert identity_text({**cell, "tokens": 4096}) == identity_text(cell)
+    assert identity_text({**cell, "grad_clip": 0.5}) != identity_text(cell)
+    assert identity_text(CellConfig()) == json.dumps(identity(CellConfig()), sort_keys=True)
 
 
 def test_a_share_of_the_steps_warms_up_a_large_batch_over_fewer_steps():

@@ -168,7 +168,7 @@ def test_switching_tracking_on_retrains_nothing_and_reaches_the_trainers(one_cel
 
 @pytest.mark.slow
 @pytest.mark.parametrize("edit, retrains", [
-    ({"spike_factor": 1.3, "grad_clip": 1.0}, False),   # CellConfig's defaults, written out
+    ({"spike_factor": 1.3, "grad_clip": 1}, False),   # CellConfig's defaults, written out (1 for 1.0)
     ({"checkpoint_every": 7, "log_every": 2}, False),   # how the cell runs, not what it is
     ({"grad_clip": 0.5}, True),
     ({"warmup_frac": None, "warmup_steps": 1}, True),   # a setting added later, once set

@@ -25,7 +25,7 @@ from merit_repro.config.registry import ARTIFACTS
 from merit_repro.plan import folders as output_folders
 from merit_repro.plan import grid, paths, runtime, tuning
 from merit_repro.plan import resources as job_resources
-from merit_repro.plan.cell import identity
+from merit_repro.plan.cell import identity_text
 from merit_repro.plan.validate import corpus_problems, optimizer_settings, source_problems, validate as check_config
 from merit_repro import bundle
 from merit_repro.train import tracking
@@ -441,7 +441,7 @@ def train_cell(wildcards):
 
 def train_identity(wildcards):
     """The cell's identity (merit_repro.plan.cell.identity): the rule's one tracked param, compared as text."""
-    return json.dumps(identity(cell_of(wildcards)), sort_keys=True)
+    return identity_text(cell_of(wildcards))
 
 
 def train_threads(wildcards):

@@ -6,15 +6,18 @@
 # Then, per group of cells (experiment, model, optimizer, batch), the LR tuning rounds (merit_repro.plan.tuning).
 
 
-# What every training job asks for besides its GPUs and nodes (`use rule ... with:` replaces a rule's resources whole)
+# What every training job asks for besides its GPUs and nodes (`use rule ... with:` replaces a rule's resources whole).
+# Snakemake tracks a rule's params and retrains on a change to them: the cell's identity is the train rule's one
+# param, and what does not change a result (the whole cell, the interpreter, the GPUs, tracking) goes as resources.
 TRAIN_RESOURCES = dict(
+    python=EXEC_PYTHON,
+    cell_gpus=train_gpus,
     mem_mb=train_mem_mb,
     runtime=train_runtime,
     time_budget_s=time_budget_seconds,
     slurm_extra=train_slurm_extra,
     signal_lead_s=train_signal_lead,
     cell=train_cell,
-    # live tracking (merit_repro.train.tracking): a resource, not a param, so switching it on retrains nothing
     tracking=json.dumps(config["tracking"], sort_keys=True),
 )
 
@@ -38,13 +41,11 @@ rule train:
         gpu=train_gpus,
         nodes=1,
     params:
-        python=EXEC_PYTHON,
-        identity=train_identity,  # tracked: a change retrains the cell (its whole settings are resources.cell)
-        gpus=train_gpus,
+        identity=train_identity,
         out_dir=run_folder,
     shell:
-        "{params.python} -m merit_repro.launch --cell {resources.cell:q} --tracking {resources.tracking:q} "
-        "--out {params.out_dir:q} --gpus {params.gpus} --nodes {resources.nodes} --threads {threads} "
+        "{resources.python} -m merit_repro.launch --cell {resources.cell:q} --tracking {resources.tracking:q} "
+        "--out {params.out_dir:q} --gpus {resources.cell_gpus} --nodes {resources.nodes} --threads {threads} "
         "--time-budget-seconds {resources.time_budget_s} --signal-lead-seconds {resources.signal_lead_s} > {log:q} 2>&1"
 
 

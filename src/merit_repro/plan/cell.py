@@ -5,6 +5,7 @@ paper leaves open and this project fixes (see config/README.md). Resource knobs 
 device, compile) do not change the result beyond floating-point order.
 """
 
+import json
 import math
 import sys
 import types
@@ -280,6 +281,15 @@ def identity(settings):
     later = {f.name for f in fields(CellConfig) if f.metadata.get("added_later")}
     return {k: v for k, v in cfg.to_dict().items()
             if k not in RESOURCE_KEYS and not (k in later and v is None)}
+
+
+def identity_text(settings):
+    """A cell's identity as the workflow tracks it, as text: sorted JSON, with a whole number given for a float
+    setting written as a float, so that text is equal exactly where identities are (1 == 1.0 in Python, not in
+    JSON)."""
+    floats = {f.name for f in fields(CellConfig) if float in (f.type, *typing.get_args(f.type))}
+    return json.dumps({k: float(v) if k in floats and type(v) is int else v for k, v in identity(settings).items()},
+                      sort_keys=True)
 
 
 def source_is_whole(source):
