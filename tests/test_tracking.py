@@ -7,6 +7,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -183,6 +184,24 @@ def test_only_a_change_of_the_cells_identity_retrains_it(one_cell, tmp_path, edi
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-3000:]
     assert ("Nothing to be done" not in out) == retrains, out[-3000:]
+
+
+@pytest.mark.slow
+def test_the_environment_moved_retrains_nothing(one_cell, tmp_path):
+    """The interpreter reaches every job as a resource, not a param: the same environment under another path (a
+    link to it here) changes no job."""
+    workdir, config = one_cell
+    moved = tmp_path / "env"
+    moved.symlink_to(sys.prefix, target_is_directory=True)
+    python = moved / "bin" / Path(sys.executable).name
+    if not python.exists():
+        pytest.skip(f"{sys.executable} is not in {sys.prefix}/bin")
+    seen = subprocess.run([str(python), "-c", "import sys; print(sys.executable)"], capture_output=True, text=True)
+    assert seen.stdout.strip() == str(python)   # the jobs would run it under its new path
+    r = subprocess.run([str(python), "-m", "snakemake", "-n", f"{RUN_PATH.format(seed=0)}/summary.json", "--cores",
+                        "2", "--configfile", str(config)], cwd=workdir, capture_output=True, text=True)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0 and "Nothing to be done" in out, out[-3000:]
 
 
 @pytest.mark.slow

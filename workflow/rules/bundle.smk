@@ -43,11 +43,12 @@ if BUNDLE:
             paths.log(RESULTS, "bundle", "audit"),
         conda:
             ENV
-        params:
+        resources:
             python=PYTHON,
+        params:
             results=lambda wc, input: str(paths.results_of_table(input.tables[0])),
         shell:
-            "{params.python:q} -m merit_repro.bundle audit --results {params.results:q} > {output:q} "
+            "{resources.python:q} -m merit_repro.bundle audit --results {params.results:q} > {output:q} "
             "2> {log:q} || (cat {log:q} >&2; exit 1)"
 
     if SECOND_LOOK:
@@ -87,8 +88,9 @@ if BUNDLE:
             paths.log(RESULTS, "bundle", "unpack"),
         conda:
             ENV
-        params:
+        resources:
             python=PYTHON,
+        params:
             results=lambda wc, output: str(paths.results_of_corpus(output.data[0])),
         shell:
-            "{params.python:q} -m merit_repro.bundle unpack {input:q} --into {params.results:q} > {log:q} 2>&1"
+            "{resources.python:q} -m merit_repro.bundle unpack {input:q} --into {params.results:q} > {log:q} 2>&1"

@@ -75,7 +75,8 @@ except UserError as err:
 PYTHON = "python" if CONDA else sys.executable
 # A job's shell `exec`s its command, so that the command, not a shell, gets the scheduler's signals (SIGTERM
 # before a time limit or a preemption) and can checkpoint; its `error:` line still reaches the console through
-# descriptor 3 (merit_repro.utils.take_console). Rules run `{params.python} -m ...` with this, unquoted.
+# descriptor 3 (merit_repro.utils.take_console). Rules run `{resources.python} -m ...` with this, unquoted: a resource,
+# not a param, since Snakemake reruns a job whose params changed, and a moved environment changes no result.
 EXEC_PYTHON = f"exec 3>&2; MERIT_ERROR_FD=3 exec {shlex.quote(PYTHON)}"
 
 

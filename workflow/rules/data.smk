@@ -12,8 +12,8 @@ rule prepare_data:
     resources:
         mem_mb=lambda wc, attempt: 8000 * attempt,
         runtime=lambda wc, attempt: 240 * attempt,
-    params:
         python=EXEC_PYTHON,
+    params:
         args=lambda wc, output, threads: prepare_args(wc.dataset, str(Path(output.meta).parent), threads),
     shell:
-        "{params.python} -m merit_repro.data prepare {params.args:q} > {log:q} 2>&1"
+        "{resources.python} -m merit_repro.data prepare {params.args:q} > {log:q} 2>&1"

@@ -72,10 +72,10 @@ if SECOND_LOOK and not BUNDLE:  # a bundle brings both looks' decisions
             paths.log(RESULTS, "tuning", f"{GROUP_PATH}/looked"),
         conda:
             ENV
-        params:
+        resources:
             python=EXEC_PYTHON,
         shell:
-            "{params.python} -m merit_repro.plan.tuning --final {input.final:q} --second-look {input.look:q} "
+            "{resources.python} -m merit_repro.plan.tuning --final {input.final:q} --second-look {input.look:q} "
             "--out {output:q} > {log:q} 2>&1"
 
 

@@ -77,11 +77,12 @@ checkpoint tune_lr:
         paths.log(RESULTS, "tuning", f"{GROUP_PATH}/round{{round}}"),
     conda:
         ENV
-    params:
+    resources:
         python=EXEC_PYTHON,
+    params:
         spec=tune_spec,
     shell:
-        "{params.python} -m merit_repro.plan.tuning --spec {params.spec:q} --out {output:q} > {log:q} 2>&1"
+        "{resources.python} -m merit_repro.plan.tuning --spec {params.spec:q} --out {output:q} > {log:q} 2>&1"
 
 
 # The group's final decision, once its last round (or that of the group whose rounds it shares) says done
@@ -96,9 +97,10 @@ rule tuned_group:
         paths.log(RESULTS, "tuning", f"{GROUP_PATH}/final"),
     conda:
         ENV
-    params:
+    resources:
         python=EXEC_PYTHON,
+    params:
         group=group_json,
     shell:
-        "{params.python} -m merit_repro.plan.tuning --adopt {input.decision:q} --group {params.group:q} "
+        "{resources.python} -m merit_repro.plan.tuning --adopt {input.decision:q} --group {params.group:q} "
         "--out {output:q} > {log:q} 2>&1"

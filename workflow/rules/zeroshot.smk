@@ -13,13 +13,14 @@ rule zeroshot_task:
         paths.log(RESULTS, "zeroshot", "task_{task}"),
     conda:
         ENV
-    params:
+    resources:
         python=EXEC_PYTHON,
+    params:
         data=lambda wc, input: folder_of(input[0]),
         spec=task_spec,
         out=lambda wc, output: folder_of(output.yaml),
     shell:
-        "{params.python} -m merit_repro.evals.zeroshot next-line --data {params.data:q} --out {params.out:q} "
+        "{resources.python} -m merit_repro.evals.zeroshot next-line --data {params.data:q} --out {params.out:q} "
         "--name {wildcards.task} --examples {params.spec[examples]} --max-chars {params.spec[max_chars]} "
         "--seed {params.spec[seed]} > {log:q} 2>&1"
 
@@ -41,12 +42,12 @@ rule zeroshot:
     resources:
         gpu=scoring_gpus,
         mem_mb=8000,
-    params:
         python=EXEC_PYTHON,
+    params:
         offline=ZEROSHOT_OFFLINE,
         args=zeroshot_args,
         runs=lambda wc, input: run_flags(input.runs),
         device=scoring_device,
     shell:
-        "export {params.offline}OMP_NUM_THREADS={threads}; {params.python} -m merit_repro.evals.zeroshot eval "
+        "export {params.offline}OMP_NUM_THREADS={threads}; {resources.python} -m merit_repro.evals.zeroshot eval "
         "{params.runs} {params.args} {params.device} --out {output:q} > {log:q} 2>&1"
