@@ -88,7 +88,8 @@ def design(ctx):
 
 
 def schedule_of(ctx, model, batch):
-    """The warmup a model's AdamW cells at a batch trained with, as their trainer recorded it (runs.csv)."""
+    """The warmup a model's AdamW cells at a batch trained with, as their trainer recorded it (runs.csv); another
+    optimizer's cells where AdamW trains none there (one warmup rule a model, unless an optimizer sets its own)."""
     r = ctx.runs
     rows = r[(r.model == model) & (r.batch == batch) & (r.optimizer == "adamw")]
     return (rows if len(rows) else r[(r.model == model) & (r.batch == batch)]).iloc[0]
