@@ -1,4 +1,5 @@
-"""The package's layers (pyproject.toml's import-linter contracts) and the names each stage looks up once."""
+"""The package's layers (pyproject.toml's import-linter contracts), the names each stage looks up once, and the
+mutation check's list, which must still apply to the code it mutates."""
 
 import re
 import subprocess
@@ -41,3 +42,17 @@ def test_every_artifact_of_the_registry_has_its_module():
     from merit_repro.report.artifacts import ARTIFACT_FUNCTIONS
 
     assert set(ARTIFACT_FUNCTIONS) == set(ARTIFACTS)
+
+
+def test_every_mutation_of_the_mutation_check_still_applies():
+    """scripts/mutation_check.py stops at the first mutation whose text it does not find exactly once in its file: a
+    module moved or edited takes its mutations along, and each names test files that exist."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("mutation_check", REPO / "scripts" / "mutation_check.py")
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    stale = [(m.name, m.path, old[:60]) for m in check.MUTATIONS for old, _ in m.edits
+             if not (REPO / m.path).is_file() or (REPO / m.path).read_text().count(old) != 1]
+    missing = [(m.name, t) for m in check.MUTATIONS for t in m.tests if not (REPO / t).is_file()]
+    assert not stale and not missing, (stale, missing)
