@@ -137,11 +137,7 @@ def main(argv=None):
     parser.add_argument("--budget-minutes", type=float, default=40.0)
     parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args(argv)
-    check_numbers(args, positive=("tokens", "lrs", "budget_minutes", "jobs"), non_negative=("seeds",))
-    for name, most in MOST.items():
-        value = max(getattr(args, name)) if isinstance(getattr(args, name), list) else getattr(args, name)
-        if value > most:
-            raise UserError(f"--{name.replace('_', '-')} {value:g} must be at most {most:g}: give a smaller one")
+    check_numbers(args, positive=("tokens", "lrs", "budget_minutes", "jobs"), non_negative=("seeds",), at_most=MOST)
     shapes = {text: geometry(text) for text in args.geometries}
     config = validate(configfiles.load(args.configfile))
     config.setdefault("results", "results")

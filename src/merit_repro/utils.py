@@ -217,15 +217,23 @@ def read_plain_json(path, limit):
         raise ValueError("nested too deep") from None
 
 
-def check_numbers(args, positive=(), non_negative=()):
+def check_numbers(args, positive=(), non_negative=(), at_most=None):
     """A UserError naming the first parsed flag (by its dest) that is not a finite number > 0 (positive) or >= 0
-    (non_negative); a flag not given (None) passes, and every value of a list is checked."""
-    for name in (*positive, *non_negative):
+    (non_negative), or is above its bound (at_most: {dest: the largest value}); a flag not given (None) passes, and
+    every value of a list is checked."""
+    def given(name):
         values = getattr(args, name)
-        for value in [v for v in (values if isinstance(values, list) else [values]) if v is not None]:
+        return [v for v in (values if isinstance(values, list) else [values]) if v is not None]
+
+    for name in (*positive, *non_negative):
+        for value in given(name):
             if not (math.isfinite(value) and (value > 0 or value == 0 and name in non_negative)):
                 wanted = ">= 0" if name in non_negative else "> 0"
                 raise UserError(f"--{name.replace('_', '-')} {value:g} must be a finite number {wanted}")
+    for name, most in (at_most or {}).items():
+        for value in given(name):
+            if value > most:
+                raise UserError(f"--{name.replace('_', '-')} {value:g} must be at most {most:g}: give a smaller one")
 
 
 def library_versions():

@@ -437,7 +437,7 @@ def as_text(obj):
 def train_cell(wildcards):
     """The whole cell, as the launcher takes it: a resource, which Snakemake does not track, so that how a cell
     runs (save_model, compile, where its corpus lies) retrains nothing."""
-    return json.dumps(cell_of(wildcards), sort_keys=True)
+    return as_text(cell_of(wildcards))
 
 
 def train_identity(wildcards):

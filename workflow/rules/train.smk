@@ -18,7 +18,7 @@ TRAIN_RESOURCES = dict(
     slurm_extra=train_slurm_extra,
     signal_lead_s=train_signal_lead,
     cell=train_cell,
-    tracking=json.dumps(config["tracking"], sort_keys=True),
+    tracking=as_text(config["tracking"]),
 )
 
 

@@ -12,10 +12,9 @@ A bundle is a gzipped tar whose members are paths under the results folder (``ru
 the corpora's fingerprints, and the sha256 and size of every other member. Members are sorted and carry no
 time, owner or mode of their own, so the same runs give the same bytes. Checkpoints and weights never go in.
 
-
 A package of its own: ``safetar`` (what a bundle is and reading one safely), ``pack`` (making one), ``rebuild``
-(unpacking, merging and auditing), ``cli`` (the command line, ``python -m merit_repro.bundle``). It reads the plan's paths and records and the
-config, and nothing of the report.
+(unpacking, merging and auditing), ``cli`` (the command line, ``python -m merit_repro.bundle``). It reads the
+plan's paths and records and the config, and nothing of the report.
 """
 
 from .cli import main

@@ -238,6 +238,10 @@ class CellConfig:
         return d
 
 
+ADDED_LATER = {f.name for f in fields(CellConfig) if f.metadata.get("added_later")}
+FLOAT_SETTINGS = {f.name for f in fields(CellConfig) if float in (f.type, *typing.get_args(f.type))}
+
+
 def warmup_problems(cfg):
     """(key, what is wrong) with the cell's warmup rule: exactly one, within its range."""
     rules = [rule for rule in WARMUP_RULES if getattr(cfg, rule) is not None]
@@ -278,18 +282,16 @@ def identity(settings):
     that is still unset. Cells of equal identity are one cell, however their config spells them: the training
     rule's one tracked param, and what a checkpoint or a finished run must share with the cell it is taken for."""
     cfg = settings if isinstance(settings, CellConfig) else CellConfig.from_dict(settings)
-    later = {f.name for f in fields(CellConfig) if f.metadata.get("added_later")}
     return {k: v for k, v in cfg.to_dict().items()
-            if k not in RESOURCE_KEYS and not (k in later and v is None)}
+            if k not in RESOURCE_KEYS and not (k in ADDED_LATER and v is None)}
 
 
 def identity_text(settings):
     """A cell's identity as the workflow tracks it, as text: sorted JSON, with a whole number given for a float
     setting written as a float, so that text is equal exactly where identities are (1 == 1.0 in Python, not in
     JSON)."""
-    floats = {f.name for f in fields(CellConfig) if float in (f.type, *typing.get_args(f.type))}
-    return json.dumps({k: float(v) if k in floats and type(v) is int else v for k, v in identity(settings).items()},
-                      sort_keys=True)
+    return json.dumps({k: float(v) if k in FLOAT_SETTINGS and type(v) is int else v
+                       for k, v in identity(settings).items()}, sort_keys=True)
 
 
 def source_is_whole(source):

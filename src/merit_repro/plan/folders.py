@@ -271,7 +271,7 @@ def corpus_files_shown(path):
 
 
 def is_marker_of(corpus, names):
-    """Whether the corpus folder's marker is data.tokens' fingerprints of these token files (a damaged one reads as
+    """Whether the corpus folder's marker is data.marker's fingerprints of these token files (a damaged one reads as
     none: {}), which it writes again whenever they are not."""
     marks = read_marker(corpus)
     return bool(marks) and set(marks) <= set(names)

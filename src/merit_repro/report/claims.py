@@ -5,9 +5,7 @@ Every statement is about d = subject - reference, lower is better for every metr
 (validation loss, LAMBADA perplexity, peak MAL, zero-shot error). ``lower``: the subject is lower;
 ``no worse``: non-inferiority (the headline, and an ordering whose printed gap is below the tolerance:
 what the paper shows there is no worse, not better); ``descriptive``: an ordering the paper prints but
-does not claim, computed and never judged. An ``Estimate`` is one optimizer's result at its first-choice LR in one
-setting: its claim seeds' mean, sd, count and per-seed values; estimates combine linearly (``a - b``), so
-a trend or a growing gap is one estimate too.
+does not claim, computed and never judged.
 
 The statistics (``Estimate``, the paired and Welch tests, the one-sided intervals) are
 merit_repro.report.stats.

@@ -113,11 +113,11 @@ def load(path, cfg, fingerprints, mmap=True):
     # identities, not the saved dict: one saved before data_dir became a resource key records it, one saved before
     # optimizer_source existed lacks it (it trained a built-in optimizer)
     try:
-        saved = identity(ckpt["config"])
+        saved, want = identity(ckpt["config"]), identity(cfg)
     except (TypeError, ValueError) as err:
         raise UserError(f"{path} holds no cell config of this version ({err}); delete it to start the cell over") from None
-    if saved != identity(cfg):
-        changed = sorted(k for k in set(saved) | set(identity(cfg)) if saved.get(k) != identity(cfg).get(k))
+    if saved != want:
+        changed = sorted(k for k in set(saved) | set(want) if saved.get(k) != want.get(k))
         raise UserError(f"{path} is a checkpoint of a different cell (keys {changed} differ); "
                         "delete it to start over, or use another --out")
     trained_on = (ckpt.get("data_fingerprint") or {}).get("data")   # LAMBADA is read only at the end

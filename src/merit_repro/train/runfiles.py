@@ -138,12 +138,8 @@ def run_summary(cfg, state, status, reason, steps_done, measured):
         "timed_steps": state.timed_steps,
         "startup_seconds": state.startup_seconds, "eval_seconds": state.eval_seconds,
         "mal_probe_seconds": state.probe_seconds, "checkpoint_seconds": state.checkpoint_seconds,
-        "tokens_per_s": tokens_per_second(cfg, state),
-        "mfu": measured["mfu"], "peak_memory_bytes": measured["peak_memory_bytes"], "n_params": measured["n_params"],
-        "world_size": measured["world_size"], "micro_batch_size": measured["micro_batch_size"],
-        "grad_accum": measured["grad_accum"], "config": cfg.to_dict(), "model_config": measured["model_config"],
-        "versions": library_versions(), "git_commit": git_commit(), "device": measured["device"],
-        "data": measured["data"], "data_fingerprint": measured["data_fingerprint"],
+        "tokens_per_s": tokens_per_second(cfg, state), **measured, "config": cfg.to_dict(),
+        "versions": library_versions(), "git_commit": git_commit(),
     }
 
 

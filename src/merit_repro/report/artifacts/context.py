@@ -308,6 +308,7 @@ class Context(PaperNumbers):
             if budget_only(self.config, model, self.spec) else f" standing in for {spec.get('paper_model')}")
         return f"{model} ({spec['model']}{stand_in})"
 
+
 def seed_values(runs, metric):
     """{seed: value} of a metric over runs (one per seed), the runs without a value left out."""
     return {int(s): float(v) for s, v in zip(runs.seed, pd.to_numeric(runs[metric], errors="coerce")) if pd.notna(v)}
