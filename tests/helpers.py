@@ -109,17 +109,28 @@ if argv[argv.index("-m") + 1:argv.index("-m") + 2] == ["merit_repro.train"] and 
             time.sleep(float(os.environ["SLOW_STEP_SECONDS"]))
             return real_step(self, *args, **kwargs)
         loop.Run.train_step = slow_step
+if argv[argv.index("-m") + 1:argv.index("-m") + 2] == ["merit_repro.launch"] and "SLOW_EXIT_SECONDS" in os.environ:
+    from merit_repro.launch import launcher   # the launcher's last moments, after its trainer has ended
+    real_launch = launcher.launch_cell
+    def slow_launch(*args, **kwargs):
+        code = real_launch(*args, **kwargs)
+        seconds = os.environ["SLOW_EXIT_SECONDS"]
+        print(f"[test] trainer ended at {time.time():.3f}; exiting {seconds} s later", flush=True)
+        time.sleep(float(seconds))
+        return code
+    launcher.launch_cell = slow_launch
 """
 
 
-def slow_trainer_env(tmp_path, save_seconds=None, step_seconds=None):
+def slow_trainer_env(tmp_path, save_seconds=None, step_seconds=None, exit_seconds=None):
     """Environment in which the trainer's rank 0 takes `save_seconds` longer to save each checkpoint and
-    `step_seconds` longer for each step (the numbers stay the same): a sitecustomize on PYTHONPATH, which every
-    Python started with it, in a SLURM job too, loads first."""
+    `step_seconds` longer for each step (the numbers stay the same), and the launcher exits `exit_seconds` after its
+    trainer has ended: a sitecustomize on PYTHONPATH, which every Python started with it, in a SLURM job too, loads
+    first."""
     shim = tmp_path / "slow-trainer"
     shim.mkdir(exist_ok=True)
     (shim / "sitecustomize.py").write_text(SLOW_TRAINER)
-    slower = {"SLOW_SAVE_SECONDS": save_seconds, "SLOW_STEP_SECONDS": step_seconds}
+    slower = {"SLOW_SAVE_SECONDS": save_seconds, "SLOW_STEP_SECONDS": step_seconds, "SLOW_EXIT_SECONDS": exit_seconds}
     return {"PYTHONPATH": os.pathsep.join([str(shim), *filter(None, [os.environ.get("PYTHONPATH")])]),
             **{name: str(seconds) for name, seconds in slower.items() if seconds is not None}}
 

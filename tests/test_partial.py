@@ -4,6 +4,7 @@ stopped by a SIGTERM as `timeout` sends it, returning the cells that had finishe
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -247,14 +248,16 @@ def left_in(workdir):
 @pytest.mark.slow
 def test_a_stopped_gpu_run_returns_the_cells_that_finished(tmp_path):
     """`timeout` signals the script's process group: the script stops snakemake's (its own group), writes the
-    partial report once more and exits non-zero; DIR holds every cell that had finished, and only those. Fresh
-    trainers, as GPU cells have (no warm trainer), each step 0.2 s slower; DIR and the config relative to where the
-    script is started, not where it goes. Started again, it finishes: every cell, the report and the bundle."""
+    partial report once more and exits non-zero; DIR holds every cell that had finished, and only those. Each
+    launcher exits 8 s after its trainer, longer than the copies' period: the stop meets a cell copied, whose job
+    has not ended, and the job outlives it (the cell stays in results too). Fresh trainers, as GPU cells have (no
+    warm trainer), each step 0.2 s slower; DIR and the config relative to where the script is started, not where it
+    goes. Started again, it finishes: every cell, the report and the bundle."""
     workdir = copy_workflow(tmp_path / "wf")
     shutil.copytree(REPO / "scripts", workdir / "scripts")
     tiny_mechanism(workdir)
     out = tmp_path / "out"
-    env = {**os.environ, **slow_trainer_env(tmp_path, step_seconds=0.2), "PYTHON": sys.executable,
+    env = {**os.environ, **slow_trainer_env(tmp_path, step_seconds=0.2, exit_seconds=8), "PYTHON": sys.executable,
            "OMP_NUM_THREADS": "1", "MERIT_WARM_START": "0"}
     cmd = ["bash", "wf/scripts/mechanism_gpu.sh", "--no-setup", "--configfile", "tiny.yaml", "--out", "out"]
     started = time.time()
@@ -269,6 +272,7 @@ def test_a_stopped_gpu_run_returns_the_cells_that_finished(tmp_path):
         first = time.time() - started
         assert "the run may still be going" in (out / "partial.md").read_text()
         os.killpg(script.pid, signal.SIGTERM)
+        killed = time.time()
         log = script.communicate(timeout=60)[0]
         stopped = time.time() - started
     finally:
@@ -286,6 +290,9 @@ def test_a_stopped_gpu_run_returns_the_cells_that_finished(tmp_path):
     finished = sorted(str(p.parent.relative_to(runs)) for p in runs.rglob("summary.json"))
     copied = cells_in(out)
     assert copied == finished and 1 <= len(copied) < 8, (copied, finished)
+    logs = [(workdir / paths.log("results/tiny", "train", cell)).read_text() for cell in copied]
+    ended = [float(t) for text in logs for t in re.findall(r"\[test\] trainer ended at ([0-9.]+)", text)]
+    assert any(killed - 8 < t < killed for t in ended), (killed, ended)   # a launcher was in its last seconds
     for cell in copied:
         assert {p.name for p in (out / "cells" / cell).iterdir()} == COPIED
         assert (out / "cells" / cell / "summary.json").read_bytes() == (runs / cell / "summary.json").read_bytes()

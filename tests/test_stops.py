@@ -1,7 +1,10 @@
-"""When a run stops (merit_repro.train.stops): signals, the deadline, the checkpoints due, on clocks set here."""
+"""When a run stops (merit_repro.train.stops): signals, the deadline, the checkpoints due, on clocks set here; and
+the launcher's hand-off of the stop signals (merit_repro.launch.signals)."""
 
 import os
 import signal
+import subprocess
+import sys
 
 import pytest
 
@@ -78,3 +81,25 @@ def test_a_caught_signal_stops_with_its_code_even_at_the_last_step(signum, code)
         for n, handler in saved.items():
             signal.signal(n, handler)
     assert EXIT_TIME_BUDGET == 75   # what merit_repro.launch.torchrun passes through for the next job to resume
+
+
+def test_the_launcher_passes_stops_on_while_its_trainer_runs_and_outlives_them_after():
+    """Inside the block each SIGTERM or SIGINT goes to send; after it (the trainer has ended) they are ignored and
+    the process exits with its own code: a stop of the job's whole group just after a finished cell's trainer exits
+    must not turn the finished job into a failed one. (A process of its own: the handlers stay for its lifetime.)"""
+    program = """if True:
+        import os, signal, sys, time
+        from merit_repro.launch import signals
+        got = []
+        with signals.passed_on(got.append):
+            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)
+        print(",".join(signal.Signals(s).name for s in got))
+        sys.exit(3)
+    """
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (3, "SIGTERM,SIGINT\n"), done.stderr

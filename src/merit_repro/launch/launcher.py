@@ -15,7 +15,6 @@ imported here, so a job starts fast; its exit code is the trainer's.
 
 import argparse
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -28,7 +27,7 @@ from merit_repro.plan.cell import load_cell_config
 from merit_repro.train.tracking import ENV as TRACKING_ENV
 from merit_repro.utils import UserError, atomic_write_bytes, check_numbers, cli, lead_within, parse_data, to_console
 
-from . import torchrun, warmstart
+from . import signals, torchrun, warmstart
 from .gpu_slots import device_pool, gpu_slots
 
 JOB_START = time.time()   # this module is imported first thing in a job
@@ -156,26 +155,22 @@ def launch_cell(cell, out_dir, gpus=0, threads=1, time_budget_seconds=None, node
 
 
 def run_forwarding_signals(command, env, forward=True):
-    """Run command and return its exit code, outliving SIGTERM/SIGINT: they reach the command through this process,
-    unless the scheduler signals every process of the job itself (SLURM: each process of a step), where a second
-    copy could cut short torchrun's grace for the ranks to save."""
+    """Run command and return its exit code, outliving SIGTERM/SIGINT (launch.signals): they reach the command
+    through this process, unless the scheduler signals every process of the job itself (SLURM: each process of a
+    step), where a second copy could cut short torchrun's grace for the ranks to save."""
     started, pending = [], []
 
-    def pass_on(signum, frame):
+    def pass_on(signum):
         if forward and started:
             started[0].send_signal(signum)
         elif forward:
             pending.append(signum)   # before the command exists: sent to it as soon as it does
 
-    previous = {s: signal.signal(s, pass_on) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
+    with signals.passed_on(pass_on):
         started.append(subprocess.Popen(command, env=env))
         for signum in pending:
             started[0].send_signal(signum)
         return started[0].wait()
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
 
 
 def json_object(flag, text):

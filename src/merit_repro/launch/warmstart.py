@@ -13,7 +13,7 @@ set of outputs.
   private folder of the user's temp dir and is named after the interpreter and the package's
   source files, so code changes start a new server.
 - The launcher passes its stdout/stderr to the child over the socket, forwards SIGTERM/SIGINT
-  to it, and returns its exit code. If the launcher dies (Snakemake killed), the child sees the
+  to it (and outlives them once it has ended: merit_repro.launch.signals), and returns its exit code. If the launcher dies (Snakemake killed), the child sees the
   connection close and stops as on SIGTERM: it checkpoints and exits, so a rerun resumes.
 - The child takes the launcher's umask and resource limits (``ulimit``) too; when it cannot (a limit
   above the server's hard limit), it declines and the launcher starts a fresh process.
@@ -40,6 +40,8 @@ import traceback
 from pathlib import Path
 
 from merit_repro.utils import current_umask
+
+from . import signals
 
 IDLE_SECONDS = float(os.environ.get("MERIT_WARM_START_IDLE", "120"))
 START_TIMEOUT_SECONDS = 60
@@ -170,13 +172,8 @@ def run_train(argv, env, stdout=1, stderr=2, started=None, declined=None):
         pid = hello["pid"]
         if started:
             started(pid)
-        forward = lambda signum, frame: os.kill(pid, signum)  # noqa: E731
-        previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
-        try:
+        with signals.passed_on(lambda signum: os.kill(pid, signum)):
             finished, _ = receive(sock)
-        finally:
-            for s, handler in previous.items():
-                signal.signal(s, handler)
         return finished["exit_code"] if finished else 128 + signal.SIGKILL   # the child was killed
 
 
