@@ -250,9 +250,10 @@ def test_a_stopped_gpu_run_returns_the_cells_that_finished(tmp_path):
     """`timeout` signals the script's process group: the script stops snakemake's (its own group), writes the
     partial report once more and exits non-zero; DIR holds every cell that had finished, and only those. Each
     launcher exits 8 s after its trainer, longer than the copies' period: the stop meets a cell copied, whose job
-    has not ended, and the job outlives it (the cell stays in results too). Fresh trainers, as GPU cells have (no
-    warm trainer), each step 0.2 s slower; DIR and the config relative to where the script is started, not where it
-    goes. Started again, it finishes: every cell, the report and the bundle."""
+    has not ended (its trainer shutting down, or its launcher after it), and the job outlives it (the cell stays in
+    results too). Fresh trainers, as GPU cells have (no warm trainer), each step 0.2 s slower; DIR and the config
+    relative to where the script is started, not where it goes. Started again, it finishes: every cell, the report
+    and the bundle."""
     workdir = copy_workflow(tmp_path / "wf")
     shutil.copytree(REPO / "scripts", workdir / "scripts")
     tiny_mechanism(workdir)
@@ -292,7 +293,7 @@ def test_a_stopped_gpu_run_returns_the_cells_that_finished(tmp_path):
     assert copied == finished and 1 <= len(copied) < 8, (copied, finished)
     logs = [(workdir / paths.log("results/tiny", "train", cell)).read_text() for cell in copied]
     ended = [float(t) for text in logs for t in re.findall(r"\[test\] trainer ended at ([0-9.]+)", text)]
-    assert any(killed - 8 < t < killed for t in ended), (killed, ended)   # a launcher was in its last seconds
+    assert any(t + 8 > killed for t in ended), (killed, ended)   # the stop met a copied cell's job still running
     for cell in copied:
         assert {p.name for p in (out / "cells" / cell).iterdir()} == COPIED
         assert (out / "cells" / cell / "summary.json").read_bytes() == (runs / cell / "summary.json").read_bytes()

@@ -103,3 +103,22 @@ def test_the_launcher_passes_stops_on_while_its_trainer_runs_and_outlives_them_a
     """
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout) == (3, "SIGTERM,SIGINT\n"), done.stderr
+
+
+@pytest.mark.parametrize("outlived, code", [(False, -signal.SIGTERM), (True, 0)])
+def test_a_trainer_whose_code_is_decided_outlives_a_stop_while_python_shuts_down(outlived, code):
+    """Python puts a stop signal's default action back as it shuts down: a SIGTERM then (here from a module
+    global's finaliser) kills the process, a finished cell's trainer too, unless it has outlived the stops."""
+    program = f"""if True:
+        import os, signal, sys
+        from merit_repro.train import stops
+        stops.Stops(None, 1, 1).catch_signals()
+        class Late:
+            def __del__(self):
+                os.kill(os.getpid(), signal.SIGTERM)
+        late = Late()
+        if {outlived}:
+            stops.outlive_stops()
+        sys.exit(0)
+    """
+    assert subprocess.run([sys.executable, "-c", program], timeout=60).returncode == code

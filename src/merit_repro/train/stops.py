@@ -25,6 +25,15 @@ EXIT_TIME_BUDGET = 75   # EX_TEMPFAIL: stopped at its time budget with a checkpo
 ASSUMED_SAVE_BYTES_PER_SECOND = 200e6
 
 
+def outlive_stops():
+    """SIGTERM and SIGINT ignored for the rest of this process, whose exit code is decided (a finished cell's, or a
+    stop's). Python puts their default action back as it shuts down (a torch process takes a while), and a stop of a
+    job's whole process group (`timeout`, snakemake stopped with its jobs) in that moment would kill it: a finished
+    cell would become a failed job, whose outputs snakemake removes."""
+    for signum in EXIT_CODES:
+        signal.signal(signum, signal.SIG_IGN)
+
+
 class Stop(Exception):
     """Raised when a signal or the job's time budget stopped the run after checkpointing (args: exit code)."""
 
