@@ -175,11 +175,16 @@ def test_at_the_end_the_report_and_the_bundle_are_copied_too(tmp_path, monkeypat
 def test_bad_folders_are_one_error_line(tmp_path, capsys):
     results = tree(tmp_path)
     (tmp_path / "a file").write_text("x")
+    (tmp_path / "gone").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
     missing = cli_error(partial.main, ["--results", str(tmp_path / "nope"), "--out", str(tmp_path / "o")], capsys)
     assert missing == f"error: --results {tmp_path / 'nope'}: no such folder: give the results folder of a run"
-    for out, says in ((tmp_path / "a file", "is a file"), (results / "partial", "and the results folder"),
+    for out, says in ((tmp_path / "a file", "is a file: give a folder"),
+                      (tmp_path / "a file" / "o", "lies under"), (tmp_path / "gone", "is a symlink to nothing"),
+                      (tmp_path / "loop" / "o", ""), (results / "partial", "and the results folder"),
                       (tmp_path, "and the results folder")):
-        assert says in cli_error(partial.main, ["--results", str(results), "--out", str(out)], capsys)
+        said = cli_error(partial.main, ["--results", str(results), "--out", str(out)], capsys)
+        assert said.startswith(f"error: --out {out}") and says in said, said
     assert not (results / "partial").exists()
 
 
@@ -317,7 +322,8 @@ def test_a_stopped_gpu_run_returns_the_cells_that_finished(tmp_path):
 
 def test_an_out_folder_is_the_reports_by_its_record_never_by_names(tmp_path, capsys):
     """A folder holding someone's partial.md is refused, naming it, and left as it was; a new folder is claimed by
-    its record (partial.json) and written again on every pass; a record of another role is refused."""
+    its record (partial.json) and written again on every pass; a record of another role, or a damaged one, is
+    refused."""
     results = tree(tmp_path)
     theirs = tmp_path / "theirs"
     theirs.mkdir()
@@ -332,5 +338,9 @@ def test_an_out_folder_is_the_reports_by_its_record_never_by_names(tmp_path, cap
     assert json.loads((ours / "partial.json").read_text())["role"] == "partial"
     (ours / "partial.json").write_text(json.dumps({"role": "results"}))
     said = cli_error(partial.main, ["--results", str(results), "--out", str(ours)], capsys)
-    assert said == (f"error: --out {ours}: its partial.json is not a partial report's record: give --out a new or "
-                    "empty folder")
+    assert said == (f"error: {ours} is the workflow's results folder (partial.json), not a partial folder: give --out "
+                    "a new or empty folder")
+    (ours / "partial.json").write_text("{")
+    said = cli_error(partial.main, ["--results", str(results), "--out", str(ours)], capsys)
+    assert said.startswith(f"error: {ours / 'partial.json'} is damaged (")
+    assert said.endswith(f"remove it if {ours} holds only the workflow's files, else give --out a new or empty folder")

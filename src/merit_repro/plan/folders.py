@@ -70,13 +70,20 @@ def check_apart(folders):
     """Two roles never share a folder, nor does one lie inside the other's."""
     (role_a, a), (role_b, b) = folders.items()
     try:
-        first, second = Path(a).resolve(), Path(b).resolve()
+        apart = not overlap(a, b)
     except (OSError, RuntimeError) as err:   # a symlink loop on the way
         raise UserError(f"{role_a} ({a}) or {role_b} ({b}) cannot be resolved ({shown(str(err))}): choose folders "
                         f"reached without a symlink loop (--config {role_a}=PATH)") from None
-    if first == second or first.is_relative_to(second) or second.is_relative_to(first):
+    if not apart:
         raise UserError(f"{role_a} ({a}) and {role_b} ({b}) overlap: give each a folder of its own, neither inside "
                         f"the other (--config {role_b}=PATH)")
+
+
+def overlap(a, b):
+    """Whether folders a and b are one, or one lies inside the other, their links resolved (OSError or
+    RuntimeError for a symlink loop on the way)."""
+    first, second = Path(a).resolve(), Path(b).resolve()
+    return first == second or first.is_relative_to(second) or second.is_relative_to(first)
 
 
 def claim_for(folder, role, artifacts, adopt=False):
@@ -100,27 +107,32 @@ def claim_for(folder, role, artifacts, adopt=False):
     return record(role, "adopted (adopt_folders: true)", top_level(files))
 
 
-def check_place(folder, role):
-    """A folder can be made at folder: nothing on its way is a file, and it is not a link to nowhere."""
-    fix = f"choose a folder for {role} (--config {role}=PATH)"
+def check_place(folder, role, named=None, fix=None):
+    """A folder can be made at folder: nothing on its way is a file, and it is not a link to nowhere. named: how a
+    refusal names it, fix: what it says to do (a workflow folder's, by default)."""
+    named = named or f"{role} folder {folder}"
+    fix = fix or f"choose a folder for {role} (--config {role}=PATH)"
     for above in (folder, *folder.parents):
         if above.is_symlink() and not above.exists():
-            raise UserError(f"{role} folder {folder}: {above} is a symlink to nothing: remove it, or {fix}")
+            raise UserError(f"{named}: {above} is a symlink to nothing: remove it, or {fix}")
         if above.exists() and not above.is_dir():
             where = "is a file" if above == folder else f"lies under {above}, which is a file"
-            raise UserError(f"{role} folder {folder} {where}: {fix}")
+            raise UserError(f"{named} {where}: {fix}")
 
 
-def check_record(folder, role):
-    path = folder / RECORD
+def check_record(folder, role, name=RECORD, fix=None):
+    """folder's record (its file `name`) is readable and of role; fix: what a refusal says to do (a workflow
+    folder's, by default)."""
+    path = folder / name
+    fix = fix or f"choose another folder for {role} (--config {role}=PATH)"
     try:
         recorded = read_record(path)["role"]
     except (OSError, ValueError, KeyError, TypeError) as err:
-        raise UserError(f"{path} is damaged ({shown(str(err))}): remove it if {folder} holds only the workflow's files, else "
-                        f"choose another folder for {role} (--config {role}=PATH)") from None
+        raise UserError(f"{path} is damaged ({shown(str(err))}): remove it if {folder} holds only the workflow's "
+                        f"files, else {fix}") from None
     if recorded != role:
-        raise UserError(f"{folder} is the workflow's {shown(str(recorded))} folder ({RECORD}), not a {role} "
-                        f"folder: choose another folder for {role} (--config {role}=PATH)")
+        raise UserError(f"{folder} is the workflow's {shown(str(recorded))} folder ({name}), not a {role} folder: "
+                        f"{fix}")
 
 
 def read_record(path):
@@ -151,18 +163,18 @@ def record(role, how, found=()):
     return {"what": WHAT, "role": role, "created": now, "claimed": how, "layout": LAYOUT[role], "found": list(found)}
 
 
-def claim(claims):
-    """Write the records of plan_claims: when a run starts, never in a dry run. A record that another run wrote since
-    the plan is kept, and must be of the same role."""
+def claim(claims, name=RECORD, fix=None):
+    """Write the records of plan_claims (each as the folder's file `name`): when a run starts, never in a dry run.
+    A record that another run wrote since the plan is kept, and must be of the same role."""
     for folder, content in claims.items():
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        draft = folder / f".{RECORD}.{os.getpid()}"
+        draft = folder / f".{name}.{os.getpid()}"
         atomic_write_json(draft, content)
         try:
-            os.link(draft, folder / RECORD)   # fails where a record is: never two claims of one folder
+            os.link(draft, folder / name)   # fails where a record is: never two claims of one folder
         except FileExistsError:
-            check_record(folder, content["role"])
+            check_record(folder, content["role"], name, fix)
         finally:
             draft.unlink()
 

@@ -244,39 +244,39 @@ def counted(rows):
     return f"{len(rows)} cell{'' if len(rows) == 1 else 's'}"
 
 
+OUT_FIX = "give --out a new or empty folder"
+
+
 def check_out(out, workflow_folders):
-    """A UserError when out is a file, or overlaps a folder the workflow writes ({role: folder})."""
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out} is a file: give a folder (it is made when missing)")
+    """A UserError when out cannot be a folder (a file, on a file's path, a link to nowhere) or overlaps a folder
+    the workflow writes ({role: folder})."""
+    folders.check_place(out, ROLE, named=f"--out {out}", fix="give a folder (it is made when missing)")
     for role, folder in workflow_folders.items():
-        a, b = out.resolve(), Path(folder).resolve()
-        if a == b or a.is_relative_to(b) or b.is_relative_to(a):
+        try:
+            apart = not folders.overlap(out, folder)
+        except (OSError, RuntimeError) as err:   # a symlink loop on the way
+            why = folders.shown(str(err))
+            raise UserError(f"--out {out} or the {role} folder {folder} cannot be resolved ({why}): give --out a "
+                            "folder reached without a symlink loop") from None
+        if not apart:
             raise UserError(f"--out {out} and the {role} folder {folder} overlap: give --out a folder of its own, "
                             "outside the workflow's")
 
 
 def claim_out(out):
     """out is this report's by its record (OUT_RECORD, plan.folders' record of role "partial"), written when out was
-    new or empty; a folder holding anything else is refused, naming it, so that no file of someone else's is
-    overwritten. (A visible file: a stopped run's copy is read by people, and its record says what it is.)"""
-    fix = "give --out a new or empty folder"
-    path = out / OUT_RECORD
-    if os.path.lexists(path):
-        try:
-            role = folders.read_record(path)["role"]
-        except (OSError, ValueError, KeyError, TypeError) as err:
-            raise UserError(f"--out {out}: its {OUT_RECORD} is damaged ({one_line(err)[:200]}): {fix}") from None
-        if role != ROLE:
-            raise UserError(f"--out {out}: its {OUT_RECORD} is not a partial report's record: {fix}")
+    new or empty, as plan.folders claims (never two claims of one folder); a folder holding anything else is refused,
+    naming it, so that no file of someone else's is overwritten. (A visible file: a stopped run's copy is read by
+    people, and its record says what it is.)"""
+    if os.path.lexists(out / OUT_RECORD):
+        folders.check_record(out, ROLE, OUT_RECORD, OUT_FIX)
         return
     found = sorted(p.name for p in out.iterdir() if p.name not in folders.PLACEHOLDERS) if out.is_dir() else []
     if found:
         more = ", ..." if len(found) > folders.SHOWN else ""
         raise UserError(f"--out {out} holds {len(found)} entr{'y' if len(found) == 1 else 'ies'} this report did not "
-                        f"write ({', '.join(map(folders.shown, found[:folders.SHOWN]))}{more}): {fix}")
-    how = "empty" if out.is_dir() else "new"
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(path, (json.dumps(folders.record(ROLE, how), indent=1) + "\n").encode())
+                        f"write ({', '.join(map(folders.shown, found[:folders.SHOWN]))}{more}): {OUT_FIX}")
+    folders.claim({out: folders.record(ROLE, "empty" if out.is_dir() else "new")}, OUT_RECORD, OUT_FIX)
 
 
 def config_folders(configfile):
