@@ -76,6 +76,11 @@ def config(optimizers, models, batches, artifact, grid=None, extensions=1):
                                   "artifacts": [artifact]}}}
 
 
+def by_group(sd):
+    """A noise sd given as a number or as a function of the group's key, as a function of the key."""
+    return sd if callable(sd) else (lambda key: sd)
+
+
 class World:
     """One experiment's truth and noise: loss = truth + curvature (ln lr/opt)^2 + seed noise, the noise of a seed
     shared across groups with correlation rho (a seed is one initialisation and batch order); peak MAL's log rises
@@ -100,14 +105,12 @@ class World:
     def loss(self, group, lr, seed):
         key = (group.model, group.optimizer, int(group.batch))
         bend = self.curvature.get(group.optimizer, 0.05) * math.log(float(lr) / self.optimum[key]) ** 2
-        sd = self.sd if callable(self.sd) else (lambda k: self.sd)
-        return self.truth[key] + bend + self.noise(group, lr, seed, "loss", sd)
+        return self.truth[key] + bend + self.noise(group, lr, seed, "loss", by_group(self.sd))
 
     def peak_mal(self, group, lr, seed):
         key = (group.model, group.optimizer, int(group.batch))
         log = math.log(self.mal.get(key, 10.0)) + self.mal_slope * math.log(float(lr) / self.optimum[key])
-        sd = self.mal_sd if callable(self.mal_sd) else (lambda k: self.mal_sd)
-        return math.exp(log + self.noise(group, lr, seed, "mal", sd))
+        return math.exp(log + self.noise(group, lr, seed, "mal", by_group(self.mal_sd)))
 
 
 def statements(tmp, cfg, world, artifact):

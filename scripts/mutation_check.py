@@ -100,7 +100,7 @@ MUTATIONS = [
     M("resume_loop", "resume does not restore the loop state", "src/merit_repro/train/loop.py",
       [('            self.state = LoopState.from_checkpoint(ckpt["loop"])\n', '')]),
     M("stop_no_barrier", "a stopped DDP cell's ranks exit without waiting for rank 0's checkpoint",
-      "src/merit_repro/train/loop.py", [("        self.stops.agreement.barrier()\n", "")], ["tests/test_train.py"]),
+      "src/merit_repro/train/loop.py", [("        self.stops.wait_for_save()\n", "")], ["tests/test_train.py"]),
     M("probe_at_log_point", "MAL probes taken at the next log point, labelled with their own step",
       "src/merit_repro/train/loop.py", [("            if self.master and done in self.probe_steps:\n"
                                     "                self.clock.window_start += self.probe(done)",

@@ -458,7 +458,7 @@ def train_nodes(wildcards):
 
 
 def run_folder(wildcards, output):
-    return str(Path(output.summary).parent)
+    return folder_of(output.summary)
 
 
 def group_json(wildcards):

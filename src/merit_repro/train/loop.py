@@ -316,7 +316,7 @@ class Run:
         if self.master:
             checkpoint.save(self.ckpt_path, self.cfg, self.data.fingerprints, done, self.model, self.optimizer,
                             self.state.to_checkpoint(), self.csv_logs, self.device)
-        self.stops.agreement.barrier()
+        self.stops.wait_for_save()
         self.clock.window_start = self.now()
         self.stops.saved(self.clock.window_start - t0)
         self.state.checkpoint_seconds += self.clock.window_start - t0

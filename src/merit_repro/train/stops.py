@@ -80,6 +80,10 @@ class Stops:
             self.save_seconds = state_bytes() / ASSUMED_SAVE_BYTES_PER_SECOND
         return now + step + self.save_seconds > self.deadline
 
+    def wait_for_save(self):
+        """Every rank waits here for rank 0's checkpoint, so that none exits (or is killed) before it is whole."""
+        self.agreement.barrier()
+
     def saved(self, seconds):
         """A checkpoint was written in `seconds`: the next deadline check counts on that, and the minutes between
         checkpoints start again."""
