@@ -13,8 +13,9 @@ set of outputs.
   private folder of the user's temp dir and is named after the interpreter and the package's
   source files, so code changes start a new server.
 - The launcher passes its stdout/stderr to the child over the socket, forwards SIGTERM/SIGINT
-  to it (and outlives them once it has ended: merit_repro.launch.signals), and returns its exit code. If the launcher dies (Snakemake killed), the child sees the
-  connection close and stops as on SIGTERM: it checkpoints and exits, so a rerun resumes.
+  to it (and outlives them once it has ended: merit_repro.launch.signals), and returns its exit
+  code. If the launcher dies (Snakemake killed), the child sees the connection close and stops
+  as on SIGTERM: it checkpoints and exits, so a rerun resumes.
 - The child takes the launcher's umask and resource limits (``ulimit``) too; when it cannot (a limit
   above the server's hard limit), it declines and the launcher starts a fresh process.
 - Used for CPU cells only, and not under SLURM (a server started inside one job would die with

@@ -153,6 +153,12 @@ class CellConfig:
         steps = sorted({0, *regular, self.steps})
         return steps if until is None else [s for s in steps if s <= until]
 
+    def schedule(self, steps_done):
+        """What a run of this cell that ended after steps_done records of its schedule (summary.json): the warmup
+        rule, the warmup steps it sets and the steps the MAL was probed at."""
+        return {"warmup_rule": self.warmup_rule, "warmup_steps": self.lr_warmup_steps,
+                "probe_steps": self.probe_steps(until=steps_done)}
+
     def optimizer_kwargs(self):
         kwargs = dict(lr=self.lr)
         if self.optimizer_source is None:

@@ -49,9 +49,7 @@ def schedule(summary):
     """The warmup rule, warmup steps and number of MAL probes a run used, as its trainer recorded them; a run
     recorded before the trainer wrote them has them from its own config and the steps it took."""
     if "warmup_steps" not in summary:
-        cfg = CellConfig.from_dict(summary["config"])
-        summary = {"warmup_rule": cfg.warmup_rule, "warmup_steps": cfg.lr_warmup_steps,
-                   "probe_steps": cfg.probe_steps(until=summary["steps"] or 0)}
+        summary = CellConfig.from_dict(summary["config"]).schedule(summary["steps"] or 0)
     return {"warmup_rule": summary["warmup_rule"], "warmup_steps": summary["warmup_steps"],
             "probes": len(summary["probe_steps"])}
 

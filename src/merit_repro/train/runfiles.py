@@ -133,7 +133,7 @@ def run_summary(cfg, state, status, reason, steps_done, measured):
         "best_val_loss": state.best_val_loss, "initial_val_loss": state.initial_val_loss,
         "eval_interval": cfg.eval_interval,
         "loss_spikes": state.divergence["loss_spikes"], "steps": steps_done, "planned_steps": cfg.steps,
-        "warmup_rule": cfg.warmup_rule, "warmup_steps": cfg.lr_warmup_steps, "probe_steps": cfg.probe_steps(until=steps_done or 0),
+        **cfg.schedule(steps_done or 0),
         "tokens": (steps_done or 0) * cfg.tokens_per_step, "train_seconds": state.train_seconds,
         "timed_steps": state.timed_steps,
         "startup_seconds": state.startup_seconds, "eval_seconds": state.eval_seconds,
